@@ -1,0 +1,3 @@
+from mtpedge.main import main
+
+raise SystemExit(main())

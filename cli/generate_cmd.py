@@ -1,0 +1,69 @@
+"""mtpedge generate "prompt" [--bundle DIR | --model PATH] [--max-new-tokens N] [sampling] [--json]"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from mtpedge.bundles import ensure_bundle
+from mtpedge.runtime.sampling import SamplingConfig
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options shared by generate and chat."""
+    parser.add_argument("--bundle", help="bundle folder (default: export --model, or the default model, once)")
+    parser.add_argument("--model", help="GGUF file or Hugging Face folder to export when no --bundle is given")
+    parser.add_argument("--context", type=int, default=1024, help="context of an automatic export (default 1024)")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    parser.add_argument("--top-k", type=int, default=0)
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("prompt", help="the prompt text ('-' reads standard input)")
+    add_common_arguments(parser)
+    parser.add_argument("--raw", action="store_true", help="do not apply the chat template")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+
+
+def sampling_from(args: argparse.Namespace) -> SamplingConfig:
+    return SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+
+
+def format_stats(stats: dict) -> str:
+    return (f"{stats['new_tokens']} tokens, {stats['forward_calls']} graph calls "
+            f"({stats['tokens_per_call']:.2f} tokens/call), {stats['tokens_per_s']:.1f} tokens/s, "
+            f"prefill {stats['prompt_tokens']} tokens in {stats['prefill_s']:.2f} s, "
+            f"graph {stats['graph_s']:.2f} s + host {stats['host_s']:.2f} s")
+
+
+def run(args: argparse.Namespace) -> int:
+    from mtpedge.runtime.engine import Engine
+    from mtpedge.runtime.generate import generate
+    from mtpedge.runtime.tokenizer import StreamDecoder
+
+    sampling = sampling_from(args)
+    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    say = (lambda msg: print(msg, file=sys.stderr)) if args.json else print
+    engine = Engine.load(ensure_bundle(args.bundle, args.model, args.context, say=say), threads=args.threads)
+    tok = engine.tokenizer
+    use_chat = not args.raw and tok.has_chat_template
+    prompt_ids = tok.encode_chat([{"role": "user", "content": prompt}]) if use_chat else tok.encode(prompt)
+    stream = StreamDecoder(tok)
+
+    def show(tokens: list[int]) -> None:
+        print(stream.push(tokens), end="", flush=True)
+
+    result = generate(engine, prompt_ids, args.max_new_tokens, sampling, on_tokens=None if args.json else show)
+    stats = result.stats.to_dict()
+    if args.json:
+        text = tok.decode(result.token_ids)
+        print(json.dumps({"text": text, "token_ids": result.token_ids, **stats}))
+    else:
+        print()
+        print(f"[{format_stats(stats)}]", file=sys.stderr)
+    return 0

@@ -1,0 +1,42 @@
+"""The `mtpedge` command: one sub-command per entry point, each in its own module."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+COMMANDS = {
+    "export": ("mtpedge.export_cmd", "export a model (GGUF file or Hugging Face folder) to a bundle"),
+    "generate": ("mtpedge.generate_cmd", "generate a completion for one prompt"),
+    "chat": ("mtpedge.chat_cmd", "interactive chat with streaming output"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    import importlib
+
+    parser = argparse.ArgumentParser(prog="mtpedge", description="multi-token prediction for LLMs on edge devices")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log library progress (INFO)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module_name, help_text) in COMMANDS.items():
+        command = sub.add_parser(name, help=help_text, description=help_text)
+        importlib.import_module(module_name).add_arguments(command)
+        command.set_defaults(module=module_name)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
+    from mtpedge.runtime.bundle import BundleError
+    from mtpedge.runtime.kv_cache import ContextOverflowError
+
+    try:
+        return importlib.import_module(args.module).run(args) or 0
+    except (BundleError, ContextOverflowError, ValueError) as err:
+        print(f"mtpedge {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

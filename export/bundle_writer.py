@@ -1,0 +1,167 @@
+"""`mtpedge export`: model weights -> a self-describing bundle folder, written atomically.
+
+Everything is written into a hidden temporary folder beside the target and renamed into place only when
+complete and checked, so an interrupted export leaves no half bundle that looks whole.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+
+from mtpedge import __version__
+from mtpedge.runtime.bundle import MANIFEST, GraphEntry, Manifest, TokenizerInfo
+from mtpedge.runtime.contract import DEFAULT_MASK_VALUE, graph_name
+
+from ..models.loading import LoadedModel, load_model
+from .onnx_graphs import SharedWeights, check_contract, trace_graph
+from .parity import graph_parity
+
+log = logging.getLogger(__name__)
+
+WEIGHTS_FILE = "weights.data"
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    context: int = 1024
+    prefill_width: int = 64
+    decode_widths: tuple[int, ...] = (1, 16)
+    mask_value: float = DEFAULT_MASK_VALUE
+    check_parity: bool = True  # run each graph once against the PyTorch reference
+    extras: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        widths = (self.prefill_width, *self.decode_widths)
+        if any(w < 1 for w in widths):
+            raise ValueError(f"graph widths must be >= 1, got {widths}")
+        if max(widths) > self.context:
+            raise ValueError(f"a graph width ({max(widths)}) cannot exceed the context ({self.context})")
+        if len(set(self.decode_widths)) != len(self.decode_widths):
+            raise ValueError(f"decode widths repeat: {self.decode_widths}")
+
+
+def _producer_versions() -> dict[str, str]:
+    import onnxruntime
+    import transformers
+
+    return {"mtpedge": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
+            "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__}
+
+
+def tokenizer_info(tokenizer, stop_token_ids: list[int]) -> TokenizerInfo:
+    with_special = tokenizer("a")["input_ids"]
+    without = tokenizer("a", add_special_tokens=False)["input_ids"]
+    bos = tokenizer.bos_token_id
+    return TokenizerInfo(
+        file="tokenizer.json",
+        bos_token_id=bos,
+        eos_token_ids=sorted(set(stop_token_ids)),
+        chat_template=tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else None,
+        # some tokenizers add BOS in code rather than in tokenizer.json's post-processor: record it
+        add_bos_token=bos is not None and with_special[:1] == [bos] and without[:1] != [bos],
+        bos_token=tokenizer.bos_token,
+        eos_token=tokenizer.eos_token,
+    )
+
+
+def export_bundle(
+    model: str | Path | LoadedModel | None,
+    out_dir: str | Path,
+    config: ExportConfig | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Path:
+    """Export `model` (path, loaded model, or None for the default) into the bundle folder `out_dir`."""
+    config = config or ExportConfig()
+    say = progress or log.info
+    out_dir = Path(out_dir)
+    started = time.perf_counter()
+    loaded = model if isinstance(model, LoadedModel) else load_model(model)
+    cfg = loaded.config
+    say(f"loaded {loaded.name}: {cfg.architecture}, {cfg.num_layers} layers, hidden {cfg.hidden_size}, "
+        f"vocab {cfg.vocab_size} ({time.perf_counter() - started:.1f} s)")
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.parent / f".{out_dir.name}.partial-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        manifest = _write_contents(loaded, tmp, config, say)
+        (tmp / MANIFEST).write_text(manifest.to_json())
+        _replace_folder(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    say(f"bundle written to {out_dir} ({time.perf_counter() - started:.1f} s)")
+    return out_dir
+
+
+def _write_contents(loaded: LoadedModel, folder: Path, config: ExportConfig, say) -> Manifest:
+    cfg = loaded.config
+    loaded.tokenizer.backend_tokenizer.save(str(folder / "tokenizer.json"))
+    embeddings = loaded.decoder.model.embed_tokens.weight.detach().numpy().astype(np.float32)
+    np.save(folder / "embeddings.npy", embeddings)
+
+    specs = [("prefill", config.prefill_width)] + [("decode", w) for w in config.decode_widths]
+    weights = SharedWeights(folder / WEIGHTS_FILE)
+    entries, parity = [], {}
+    try:
+        for i, (kind, width) in enumerate(specs, 1):
+            name = graph_name(kind, width, config.context)
+            step_started = time.perf_counter()
+            say(f"[{i}/{len(specs)}] tracing {name}")
+            shape = _shape(cfg, width, config.context)
+            graph = trace_graph(loaded.decoder, shape)
+            check_contract(graph, shape)
+            weights.externalize(graph)
+            onnx.save_model(graph, folder / f"{name}.onnx")
+            del graph
+            entries.append(GraphEntry(name, f"{name}.onnx", kind, width, config.context, "float32",
+                                      shape.input_shapes(), shape.output_shapes()))
+            say(f"[{i}/{len(specs)}] wrote {name} ({time.perf_counter() - step_started:.1f} s)")
+    finally:
+        weights.close()
+    if config.check_parity:
+        for entry in entries:
+            parity[entry.name] = graph_parity(loaded.decoder, folder / entry.file, _shape(cfg, entry.width,
+                                                                                          config.context))
+            say(f"parity {entry.name}: max |logit diff| vs PyTorch = {parity[entry.name]:.2e}")
+    return Manifest(
+        model_name=loaded.name,
+        config=cfg,
+        context=config.context,
+        tokenizer=tokenizer_info(loaded.tokenizer, loaded.stop_token_ids),
+        embeddings_file="embeddings.npy",
+        graphs=entries,
+        mask_value=config.mask_value,
+        source_sha256=loaded.source_sha256,
+        producer=_producer_versions(),
+        extras={"export_parity_max_abs_logit_diff": parity, "weights_file": WEIGHTS_FILE, **config.extras},
+    )
+
+
+def _shape(cfg, width: int, context: int):
+    from mtpedge.runtime.contract import GraphShape
+
+    return GraphShape(width, context, cfg.hidden_size, cfg.head_dim, cfg.num_kv_heads, cfg.num_layers,
+                      cfg.vocab_size)
+
+
+def _replace_folder(tmp: Path, out_dir: Path) -> None:
+    """Move the finished bundle into place; an older bundle there is replaced only once the new one is whole."""
+    if out_dir.exists():
+        old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}"
+        os.replace(out_dir, old)
+        os.replace(tmp, out_dir)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, out_dir)

@@ -1,0 +1,125 @@
+"""A plain PyTorch LLaMA / Qwen2 / Qwen3 decoder that speaks the graph contract directly.
+
+Why our own ~150 lines instead of wrapping transformers' modules: the exported graph must take host-side
+embeddings, an additive bias, host RoPE tables and a fixed-size past, and return only the new K/V rows.
+transformers' modules own their cache objects, masks and rotary tables, and tracing them into that shape
+means fighting each. Parameter names follow transformers (`model.layers.0.self_attn.q_proj.weight`), so a
+transformers state dict loads as is, and tests compare this module with transformers' own forward.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mtpedge.runtime.model_config import DecoderConfig
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate (1, H, N, D) by (1, 1, N, D/2) tables, pairing dimension i with i + D/2 (HF convention)."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: DecoderConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        q_dim, kv_dim = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+        self.q_proj = nn.Linear(cfg.hidden_size, q_dim, bias=cfg.qkv_bias)
+        self.k_proj = nn.Linear(cfg.hidden_size, kv_dim, bias=cfg.qkv_bias)
+        self.v_proj = nn.Linear(cfg.hidden_size, kv_dim, bias=cfg.qkv_bias)
+        self.o_proj = nn.Linear(q_dim, cfg.hidden_size, bias=False)
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+
+    def forward(self, x, bias, cos, sin, past_key, past_value):
+        cfg = self.cfg
+        n = x.shape[1]
+        q = self.q_proj(x).view(1, n, cfg.num_heads, cfg.head_dim)
+        k = self.k_proj(x).view(1, n, cfg.num_kv_heads, cfg.head_dim)
+        v = self.v_proj(x).view(1, n, cfg.num_kv_heads, cfg.head_dim)
+        if cfg.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = apply_rope(q.transpose(1, 2), cos, sin)  # (1, H, N, D)
+        k = apply_rope(k.transpose(1, 2), cos, sin)  # (1, Hkv, N, D)
+        v = v.transpose(1, 2)
+        keys = torch.cat([past_key, k], dim=2)  # (1, Hkv, C + N, D)
+        values = torch.cat([past_value, v], dim=2)
+        group = cfg.num_heads // cfg.num_kv_heads
+        if group > 1:
+            keys = keys.repeat_interleave(group, dim=1)
+            values = values.repeat_interleave(group, dim=1)
+        scores = (q @ keys.transpose(-1, -2)) * cfg.head_dim**-0.5 + bias  # (1, H, N, C + N)
+        out = torch.softmax(scores, dim=-1) @ values  # (1, H, N, D)
+        out = out.transpose(1, 2).reshape(1, n, cfg.num_heads * cfg.head_dim)
+        return self.o_proj(out), k, v
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: DecoderConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: DecoderConfig) -> None:
+        super().__init__()
+        self.self_attn = Attention(cfg)
+        self.mlp = MLP(cfg)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, h, bias, cos, sin, past_key, past_value):
+        attn, k, v = self.self_attn(self.input_layernorm(h), bias, cos, sin, past_key, past_value)
+        h = h + attn
+        h = h + self.mlp(self.post_attention_layernorm(h))
+        return h, k, v
+
+
+class Backbone(nn.Module):
+    def __init__(self, cfg: DecoderConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+
+class Decoder(nn.Module):
+    """forward(inputs_embeds, attention_bias, rope_cos, rope_sin, *past) -> (logits, *new_kv).
+
+    `past` is past_key_0, past_value_0, past_key_1, ... ; the outputs follow the same interleaving.
+    The output matrix is always its own parameter (untied), so quantizers see the largest matrix.
+    """
+
+    def __init__(self, cfg: DecoderConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.model = Backbone(cfg)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+
+    def forward(self, inputs_embeds, attention_bias, rope_cos, rope_sin, *past):
+        h = inputs_embeds
+        new_kv = []
+        for i, layer in enumerate(self.model.layers):
+            h, k, v = layer(h, attention_bias, rope_cos, rope_sin, past[2 * i], past[2 * i + 1])
+            new_kv += [k, v]
+        return (self.lm_head(self.model.norm(h)), *new_kv)

@@ -1,0 +1,81 @@
+"""The graph contract: names, shapes and meaning of every exported decoder graph's inputs and outputs.
+
+One static graph per width N (input slots per call); every graph of a bundle shares the context C:
+
+    inputs_embeds     (1, N, hidden)            float32   the host looks up embeddings: a mask slot is a vector
+    attention_bias    (1, 1, N, C + N)          float32   additive; 0 = visible, MASK_VALUE = hidden
+    rope_cos/rope_sin (1, 1, N, head_dim/2)     float32   host-side RoPE at each slot's position
+    past_key_{l}      (1, kv_heads, C, head_dim) float32  the host cache, passed whole (read only)
+    past_value_{l}    (1, kv_heads, C, head_dim) float32
+  ->
+    logits            (1, N, vocab)             float32
+    new_key_{l}       (1, kv_heads, N, head_dim) float32  only the N new entries; the host commits them
+    new_value_{l}     (1, kv_heads, N, head_dim) float32
+
+Key columns of `attention_bias`: [0, C) address the cache, [C, C + N) the block's own slots.
+
+Why the past is the whole cache (C positions) rather than C - N: the host cache is one contiguous
+(1, kv_heads, C, head_dim) buffer per layer, and a full-buffer input is passed to onnxruntime without a
+copy; a C - N prefix of it would be a strided view that must be copied on every call (~47 MB per call for
+SmolLM2 at C = 1024). The graph attends over C + N keys instead of C, which costs nothing measurable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Finite, so that it survives 16-bit quantization of the mask; float32 graphs use a large value.
+DEFAULT_MASK_VALUE = -1e9
+
+
+def past_key_name(layer: int) -> str:
+    return f"past_key_{layer}"
+
+
+def past_value_name(layer: int) -> str:
+    return f"past_value_{layer}"
+
+
+def new_key_name(layer: int) -> str:
+    return f"new_key_{layer}"
+
+
+def new_value_name(layer: int) -> str:
+    return f"new_value_{layer}"
+
+
+def graph_name(kind: str, width: int, context: int) -> str:
+    return f"{kind}_ar{width}_cl{context}"
+
+
+@dataclass(frozen=True)
+class GraphShape:
+    """What fixes every shape of one graph."""
+
+    width: int  # N: input slots per call
+    context: int  # C: cache positions
+    hidden_size: int
+    head_dim: int
+    num_kv_heads: int
+    num_layers: int
+    vocab_size: int
+
+    def input_shapes(self) -> dict[str, list[int]]:
+        n, c = self.width, self.context
+        shapes = {
+            "inputs_embeds": [1, n, self.hidden_size],
+            "attention_bias": [1, 1, n, c + n],
+            "rope_cos": [1, 1, n, self.head_dim // 2],
+            "rope_sin": [1, 1, n, self.head_dim // 2],
+        }
+        for layer in range(self.num_layers):
+            shapes[past_key_name(layer)] = [1, self.num_kv_heads, c, self.head_dim]
+            shapes[past_value_name(layer)] = [1, self.num_kv_heads, c, self.head_dim]
+        return shapes
+
+    def output_shapes(self) -> dict[str, list[int]]:
+        shapes = {"logits": [1, self.width, self.vocab_size]}
+        for layer in range(self.num_layers):
+            shapes[new_key_name(layer)] = [1, self.num_kv_heads, self.width, self.head_dim]
+            shapes[new_value_name(layer)] = [1, self.num_kv_heads, self.width, self.head_dim]
+        return shapes

@@ -1,0 +1,123 @@
+"""The engine: a loaded bundle, its KV cache, and one verb that runs any block of slots in one graph call.
+
+    engine = Engine.load("bundles/smollm2")
+    logits = engine.prefill(prompt_ids)                        # commits the prompt's KV
+    out = engine.run_tree(tree, slot_embeddings)               # one call: tree nodes (+ mask slots)
+    engine.cache.commit_accepted_kv(out.new_keys, out.new_values, accepted_slots)
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from .bundle import BundleError, Manifest, read_manifest
+from .graphs import GraphOutput, GraphSet
+from .kv_cache import ContextOverflowError, KVCache
+from .rope import inverse_frequencies, rope_tables
+from .tokenizer import TextTokenizer
+from .tree import SLOT, DraftTree, tree_layout
+
+log = logging.getLogger(__name__)
+
+
+class Engine:
+    def __init__(self, folder: Path, manifest: Manifest, threads: int | None = None,
+                 providers: list | None = None, session_options: dict[str, str] | None = None) -> None:
+        self.folder = folder
+        self.manifest = manifest
+        cfg = manifest.config
+        self.config = cfg
+        self.context = manifest.context
+        self.mask_value = np.float32(manifest.mask_value)
+        self.tokenizer = TextTokenizer(folder, manifest.tokenizer)
+        self.embeddings = np.load(folder / manifest.embeddings_file, mmap_mode="r")
+        if self.embeddings.shape != (cfg.vocab_size, cfg.hidden_size):
+            raise BundleError(f"embedding table has shape {self.embeddings.shape}, the manifest says "
+                              f"{(cfg.vocab_size, cfg.hidden_size)}: re-run `mtpedge export`")
+        self.inv_freq = inverse_frequencies(cfg.rope, cfg.head_dim)
+        self.graphs = GraphSet(folder, manifest, threads, providers, session_options)
+        self.cache = KVCache(cfg.num_layers, cfg.num_kv_heads, self.context, cfg.head_dim)
+        self.graph_calls = 0
+        self.graph_seconds = 0.0
+
+    @classmethod
+    def load(cls, folder: str | Path, threads: int | None = None, providers: list | None = None,
+             session_options: dict[str, str] | None = None) -> Engine:
+        folder = Path(folder)
+        return cls(folder, read_manifest(folder), threads, providers, session_options)
+
+    @property
+    def stop_token_ids(self) -> set[int]:
+        return set(self.manifest.tokenizer.eos_token_ids)
+
+    def embed(self, tokens: np.ndarray) -> np.ndarray:
+        return np.asarray(self.embeddings[np.asarray(tokens, dtype=np.int64)], dtype=np.float32)
+
+    def run_block(self, embeds: np.ndarray, parents: np.ndarray) -> GraphOutput:
+        """One graph call over n slots arranged as a tree rooted at position n_past; nothing is committed.
+
+        Padding rows (up to the graph's width) see only themselves, so their softmax stays finite.
+        """
+        n = embeds.shape[0]
+        layout = tree_layout(parents)
+        entry = self.graphs.entry_for(n)
+        width, c = entry.width, self.context
+        positions = np.full(width, self.cache.n_past, dtype=np.int64)
+        positions[:n] += layout.depth
+        bias = np.full((1, 1, width, c + width), self.mask_value, dtype=np.float32)
+        bias[0, 0, :n, : self.cache.n_past] = 0.0
+        block = bias[0, 0, :, c:]
+        block[:n, :n][layout.visible] = 0.0
+        block[np.arange(n, width), np.arange(n, width)] = 0.0
+        padded = np.zeros((1, width, self.config.hidden_size), dtype=np.float32)
+        padded[0, :n] = embeds
+        cos, sin = rope_tables(positions, self.inv_freq)
+        feeds = {"inputs_embeds": padded, "attention_bias": bias, "rope_cos": cos, "rope_sin": sin}
+        feeds.update(self.cache.graph_inputs())
+        out = self.graphs.run(entry, feeds, n)
+        self.graph_calls += 1
+        self.graph_seconds += out.seconds
+        return out
+
+    def tree_embeddings(self, tree: DraftTree, slot_embeddings: np.ndarray | None = None) -> np.ndarray:
+        """Embeddings of a tree's nodes: table rows for tokens, drafter-supplied vectors for SLOT nodes."""
+        is_slot = tree.tokens == SLOT
+        embeds = np.zeros((len(tree), self.config.hidden_size), dtype=np.float32)
+        embeds[~is_slot] = self.embed(tree.tokens[~is_slot])
+        if is_slot.any():
+            if slot_embeddings is None or slot_embeddings.shape != (int(is_slot.sum()), self.config.hidden_size):
+                raise ValueError(f"the tree has {int(is_slot.sum())} slot nodes: pass one embedding row for each")
+            embeds[is_slot] = slot_embeddings
+        return embeds
+
+    def run_tree(self, tree: DraftTree, slot_embeddings: np.ndarray | None = None) -> GraphOutput:
+        return self.run_block(self.tree_embeddings(tree, slot_embeddings), tree.parents)
+
+    def prefill(self, token_ids: list[int] | np.ndarray) -> np.ndarray:
+        """Run and commit `token_ids` after the cache's contents, in chunks of the widest graph.
+
+        Returns the logits of the last token (vocab,).
+        """
+        tokens = np.asarray(token_ids, dtype=np.int64)
+        if tokens.size == 0:
+            raise ValueError("prefill needs at least one token")
+        if tokens.size > self.cache.free:
+            raise ContextOverflowError(
+                f"the prompt has {tokens.size} tokens but only {self.cache.free} of the bundle's "
+                f"{self.context} context positions are free: shorten the prompt or export with a larger --context"
+            )
+        chunk = self.graphs.max_width
+        logits = None
+        for start in range(0, tokens.size, chunk):
+            part = tokens[start: start + chunk]
+            chain = np.arange(-1, part.size - 1)  # a chain is plain causal attention
+            out = self.run_block(self.embed(part), chain)
+            self.cache.commit_accepted_kv(out.new_keys, out.new_values, np.arange(part.size))
+            logits = out.logits[-1]
+        return logits
+
+    def reset(self) -> None:
+        self.cache.reset()

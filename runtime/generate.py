@@ -1,0 +1,184 @@
+"""The decode loop: prefill, then { draft tree -> one graph call -> verify -> commit } until done.
+
+Plain autoregressive decoding is the same loop with a tree of one node (no drafter).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from .engine import Engine
+from .graphs import GraphOutput
+from .kv_cache import ContextOverflowError
+from .sampling import Sampler, SamplingConfig
+from .tree import DraftTree
+from .verify import accepted_tokens, verify_tree
+
+OVERFLOW_POLICIES = ("error", "stop")
+
+
+class Drafter(Protocol):
+    """Proposes a draft tree rooted at `root` (the newest token, not yet in the cache)."""
+
+    name: str
+
+    def start(self, engine: Engine, prompt_ids: Sequence[int], prefill_logits: np.ndarray) -> None: ...
+
+    def propose(self, context_ids: Sequence[int], root: int) -> tuple[DraftTree, np.ndarray | None]:
+        """The tree and the embeddings of its SLOT nodes (None if it has none)."""
+        ...
+
+    def observe(self, tree: DraftTree, out: GraphOutput, path: list[int]) -> None: ...
+
+
+@dataclass
+class GenerationStats:
+    prompt_tokens: int = 0
+    new_tokens: int = 0
+    prefill_calls: int = 0
+    decode_calls: int = 0
+    prefill_seconds: float = 0.0
+    graph_seconds: float = 0.0
+    elapsed_seconds: float = 0.0
+    accepted_histogram: Counter = field(default_factory=Counter)  # drafts accepted per decode call
+    finish_reason: str = ""
+    drafter: str = "none"
+
+    @property
+    def forward_calls(self) -> int:
+        return self.prefill_calls + self.decode_calls
+
+    @property
+    def tokens_per_call(self) -> float:
+        """τ: new tokens per graph call that produced tokens (the prompt's last prefill call gives the first)."""
+        return self.new_tokens / max(1, self.decode_calls + 1)
+
+    @property
+    def decode_seconds(self) -> float:
+        return self.elapsed_seconds - self.prefill_seconds
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Decode speed: tokens after the first over the time after prefill (as llama.cpp's eval rate)."""
+        return (self.new_tokens - 1) / self.decode_seconds if self.new_tokens > 1 and self.decode_seconds > 0 else 0.0
+
+    @property
+    def host_seconds(self) -> float:
+        return self.elapsed_seconds - self.graph_seconds
+
+    def to_dict(self) -> dict:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "new_tokens": self.new_tokens,
+            "forward_calls": self.forward_calls,
+            "prefill_calls": self.prefill_calls,
+            "decode_calls": self.decode_calls,
+            "tokens_per_call": round(self.tokens_per_call, 4),
+            "tokens_per_s": round(self.tokens_per_second, 3),
+            "elapsed_s": round(self.elapsed_seconds, 4),
+            "prefill_s": round(self.prefill_seconds, 4),
+            "graph_s": round(self.graph_seconds, 4),
+            "host_s": round(self.host_seconds, 4),
+            "accepted_per_call": {str(k): v for k, v in sorted(self.accepted_histogram.items())},
+            "finish_reason": self.finish_reason,
+            "drafter": self.drafter,
+        }
+
+
+@dataclass
+class GenerationResult:
+    token_ids: list[int]  # new tokens only (a stop token that ended the run is not included)
+    stats: GenerationStats
+
+
+def generate(
+    engine: Engine,
+    prompt_ids: Sequence[int],
+    max_new_tokens: int = 128,
+    sampling: SamplingConfig | None = None,
+    stop_token_ids: set[int] | None = None,
+    on_tokens: Callable[[list[int]], None] | None = None,
+    drafter: Drafter | None = None,
+    on_overflow: str = "error",
+    should_stop: Callable[[], bool] | None = None,
+) -> GenerationResult:
+    """Generate up to `max_new_tokens` after `prompt_ids`, starting from an empty cache.
+
+    on_tokens receives each step's new tokens as they are accepted (streaming). on_overflow: "error"
+    raises ContextOverflowError when the context fills up; "stop" ends the run with finish_reason "length".
+    should_stop is polled between steps (cancellation).
+    """
+    if on_overflow not in OVERFLOW_POLICIES:
+        raise ValueError(f"on_overflow must be one of {OVERFLOW_POLICIES}, got {on_overflow!r}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    sampler = Sampler(sampling or SamplingConfig())
+    stops = engine.stop_token_ids if stop_token_ids is None else set(stop_token_ids)
+    stats = GenerationStats(prompt_tokens=len(prompt_ids), drafter=drafter.name if drafter else "none")
+    if len(prompt_ids) >= engine.context:
+        raise ContextOverflowError(
+            f"the prompt has {len(prompt_ids)} tokens but the bundle's context is {engine.context} "
+            "(room is needed for at least one new token): shorten the prompt or export with a larger --context"
+        )
+    started = time.perf_counter()
+    graph0, calls0 = engine.graph_seconds, engine.graph_calls
+    engine.reset()
+    logits = engine.prefill(prompt_ids)
+    stats.prefill_calls = engine.graph_calls - calls0
+    stats.prefill_seconds = time.perf_counter() - started
+    if drafter:
+        drafter.start(engine, prompt_ids, logits)
+    context = list(prompt_ids)
+    new: list[int] = []
+
+    def emit(tokens: list[int]) -> bool:
+        """Append tokens up to a stop token or the limit; True when generation is finished."""
+        out = []
+        for token in tokens:
+            if token in stops:
+                stats.finish_reason = "stop"
+                break
+            out.append(token)
+            if len(new) + len(out) >= max_new_tokens:
+                stats.finish_reason = "length"
+                break
+        new.extend(out)
+        context.extend(out)
+        if out and on_tokens:
+            on_tokens(out)
+        return bool(stats.finish_reason)
+
+    root = sampler.choose(logits)
+    done = emit([root])
+    while not done:
+        if should_stop and should_stop():
+            stats.finish_reason = "cancelled"
+            break
+        tree, slot_embeddings = drafter.propose(context, root) if drafter else (DraftTree.single(root), None)
+        if engine.cache.free < 1:
+            if on_overflow == "stop":
+                stats.finish_reason = "length"
+                break
+            engine.cache.ensure_room(1)
+        out = engine.run_tree(tree, slot_embeddings)
+        stats.decode_calls += 1
+        full_path, root = verify_tree(tree, out.logits, sampler.choose)
+        path = full_path[: engine.cache.free]
+        if len(path) < len(full_path):  # no room for the whole path: the first node left out becomes the root
+            root = int(tree.tokens[full_path[len(path)]])
+        engine.cache.commit_accepted_kv(out.new_keys, out.new_values, path)
+        if drafter:
+            drafter.observe(tree, out, path)
+        drafts = [int(t) for t in accepted_tokens(tree, path)]
+        stats.accepted_histogram[len(drafts)] += 1
+        done = emit(drafts + [root])
+    stats.new_tokens = len(new)
+    stats.elapsed_seconds = time.perf_counter() - started
+    stats.graph_seconds = engine.graph_seconds - graph0
+    return GenerationResult(new, stats)
