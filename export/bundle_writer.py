@@ -134,7 +134,9 @@ def _write_contents(loaded: LoadedModel, folder: Path, config: ExportConfig, say
         for entry in entries:
             parity[entry.name] = graph_parity(loaded.decoder, folder / entry.file, _shape(cfg, entry.width,
                                                                                           config.context))
-            say(f"parity {entry.name}: max |logit diff| vs PyTorch = {parity[entry.name]:.2e}")
+            p = parity[entry.name]
+            say(f"parity {entry.name} vs PyTorch: max |diff| {p['max_abs']:.2e} (relative {p['max_rel']:.1e}), "
+                f"argmax agreement {p['argmax_agree']:.0%}")
     return Manifest(
         model_name=loaded.name,
         config=cfg,
@@ -145,7 +147,7 @@ def _write_contents(loaded: LoadedModel, folder: Path, config: ExportConfig, say
         mask_value=config.mask_value,
         source_sha256=loaded.source_sha256,
         producer=_producer_versions(),
-        extras={"export_parity_max_abs_logit_diff": parity, "weights_file": WEIGHTS_FILE, **config.extras},
+        extras={"export_parity": parity, "weights_file": WEIGHTS_FILE, **config.extras},
     )
 
 

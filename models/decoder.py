@@ -57,15 +57,16 @@ class Attention(nn.Module):
         q = apply_rope(q.transpose(1, 2), cos, sin)  # (1, H, N, D)
         k = apply_rope(k.transpose(1, 2), cos, sin)  # (1, Hkv, N, D)
         v = v.transpose(1, 2)
-        keys = torch.cat([past_key, k], dim=2)  # (1, Hkv, C + N, D)
-        values = torch.cat([past_value, v], dim=2)
+        # Grouped-query attention without copying the cache: query heads are grouped under their KV head
+        # (no repeat of K/V), and the cache and the block's own keys are scored separately (no concat).
         group = cfg.num_heads // cfg.num_kv_heads
-        if group > 1:
-            keys = keys.repeat_interleave(group, dim=1)
-            values = values.repeat_interleave(group, dim=1)
-        scores = (q @ keys.transpose(-1, -2)) * cfg.head_dim**-0.5 + bias  # (1, H, N, C + N)
-        out = torch.softmax(scores, dim=-1) @ values  # (1, H, N, D)
-        out = out.transpose(1, 2).reshape(1, n, cfg.num_heads * cfg.head_dim)
+        q = q.reshape(1, cfg.num_kv_heads, group * n, cfg.head_dim) * cfg.head_dim**-0.5
+        scores = torch.cat([q @ past_key.transpose(-1, -2), q @ k.transpose(-1, -2)], dim=-1)  # (1, Hkv, gN, C+N)
+        scores = scores.view(1, cfg.num_kv_heads, group, n, -1) + bias.unsqueeze(2)
+        probs = torch.softmax(scores, dim=-1).view(1, cfg.num_kv_heads, group * n, -1)
+        context = past_key.shape[2]
+        out = probs[..., :context] @ past_value + probs[..., context:] @ v  # (1, Hkv, gN, D)
+        out = out.view(1, cfg.num_heads, n, cfg.head_dim).transpose(1, 2).reshape(1, n, cfg.num_heads * cfg.head_dim)
         return self.o_proj(out), k, v
 
 

@@ -39,6 +39,7 @@ class Engine:
                               f"{(cfg.vocab_size, cfg.hidden_size)}: re-run `mtpedge export`")
         self.inv_freq = inverse_frequencies(cfg.rope, cfg.head_dim)
         self.graphs = GraphSet(folder, manifest, threads, providers, session_options)
+        self.graphs.load_all()  # so that no generation pays for a session's creation
         self.cache = KVCache(cfg.num_layers, cfg.num_kv_heads, self.context, cfg.head_dim)
         self.graph_calls = 0
         self.graph_seconds = 0.0

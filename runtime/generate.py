@@ -56,8 +56,11 @@ class GenerationStats:
 
     @property
     def tokens_per_call(self) -> float:
-        """τ: new tokens per graph call that produced tokens (the prompt's last prefill call gives the first)."""
-        return self.new_tokens / max(1, self.decode_calls + 1)
+        """τ: tokens committed per decode call (accepted drafts + the call's own token); plain decoding = 1."""
+        if not self.decode_calls:
+            return 1.0
+        accepted = sum(k * v for k, v in self.accepted_histogram.items())
+        return 1.0 + accepted / self.decode_calls
 
     @property
     def decode_seconds(self) -> float:

@@ -25,7 +25,7 @@ class GraphOutput:
 
 
 class GraphSet:
-    """Sessions for every graph of a bundle, created lazily (a decode-only run never pays for prefill)."""
+    """Sessions for every graph of a bundle, created on first use or all at once by `load_all`."""
 
     def __init__(self, folder: Path, manifest: Manifest, threads: int | None = None,
                  providers: list | None = None, session_options: dict[str, str] | None = None) -> None:
@@ -50,6 +50,10 @@ class GraphSet:
             raise BundleError(f"a block of {n} slots fits no graph of this bundle (widths {widths}); "
                               "re-export with a wider --decode-widths")
         return candidates[0]
+
+    def load_all(self) -> None:
+        for entry in self.entries:
+            self.session(entry)
 
     def session(self, entry: GraphEntry) -> ort.InferenceSession:
         if entry.name not in self._sessions:

@@ -1,0 +1,62 @@
+"""Shared fixtures: tiny random LLaMA / Qwen2 / Qwen3 models and their bundles, and the real SmolLM2 bundle.
+
+Tiny bundles are built once per test session (a few seconds each); the SmolLM2 bundle is exported once
+into the mtpedge cache (about a minute) and reused by every `slow` test.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+TINY_CONTEXT = 256
+TINY_PREFILL = 16
+TINY_DECODE_WIDTHS = (1, 8, 32)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """tiny_model_dir(arch) -> a Hugging Face folder with a random tiny model of that architecture."""
+    from mtpedge.models.tiny import make_tiny_model
+
+    made: dict[str, Path] = {}
+
+    def make(arch: str = "llama") -> Path:
+        if arch not in made:
+            made[arch] = make_tiny_model(arch, tmp_path_factory.mktemp(f"tiny_{arch}"))
+        return made[arch]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def tiny_bundle(tiny_model_dir, tmp_path_factory):
+    """tiny_bundle(arch) -> a bundle folder exported from the tiny model of that architecture."""
+    from mtpedge.export.bundle_writer import ExportConfig, export_bundle
+
+    made: dict[str, Path] = {}
+
+    def make(arch: str = "llama") -> Path:
+        if arch not in made:
+            out = tmp_path_factory.mktemp(f"bundle_{arch}") / "bundle"
+            config = ExportConfig(context=TINY_CONTEXT, prefill_width=TINY_PREFILL, decode_widths=TINY_DECODE_WIDTHS)
+            made[arch] = export_bundle(tiny_model_dir(arch), out, config)
+        return made[arch]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def smollm2_bundle() -> Path:
+    """The embedded default model's bundle (exported into the mtpedge cache on first use)."""
+    from mtpedge.bundles import ensure_bundle
+
+    return ensure_bundle(None, None, 1024)
+
+
+@pytest.fixture(scope="session")
+def smollm2_model():
+    from mtpedge.models.loading import load_model
+
+    return load_model(None)
