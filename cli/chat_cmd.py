@@ -15,6 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from mtpedge.runtime.drafters import make_drafter
     from mtpedge.runtime.engine import Engine
     from mtpedge.runtime.generate import generate
     from mtpedge.runtime.tokenizer import StreamDecoder
@@ -22,6 +23,7 @@ def run(args: argparse.Namespace) -> int:
     engine = Engine.load(ensure_bundle(args.bundle, args.model, args.context), threads=args.threads)
     tok = engine.tokenizer
     sampling = sampling_from(args)
+    drafter = make_drafter(args.drafter, engine)
     base = [{"role": "system", "content": args.system}] if args.system else []
     history: list[dict[str, str]] = []
     print("mtpedge chat — empty line or Ctrl-D to quit, /reset to clear the conversation", file=sys.stderr)
@@ -45,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
             prompt_ids = tok.encode_chat(base + history)
         stream = StreamDecoder(tok)
         try:
-            result = generate(engine, prompt_ids, args.max_new_tokens, sampling, on_overflow="stop",
+            result = generate(engine, prompt_ids, args.max_new_tokens, sampling, on_overflow="stop", drafter=drafter,
                               on_tokens=lambda ids: print(stream.push(ids), end="", flush=True))
         except KeyboardInterrupt:
             print("\n(reply stopped)", file=sys.stderr)

@@ -21,6 +21,8 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
+    parser.add_argument("--drafter", default="none",
+                        help="multi-token drafter (none = plain decoding); see `mtpedge.runtime.drafters`")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,6 +44,7 @@ def format_stats(stats: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from mtpedge.runtime.drafters import make_drafter
     from mtpedge.runtime.engine import Engine
     from mtpedge.runtime.generate import generate
     from mtpedge.runtime.tokenizer import StreamDecoder
@@ -58,7 +61,9 @@ def run(args: argparse.Namespace) -> int:
     def show(tokens: list[int]) -> None:
         print(stream.push(tokens), end="", flush=True)
 
-    result = generate(engine, prompt_ids, args.max_new_tokens, sampling, on_tokens=None if args.json else show)
+    drafter = make_drafter(args.drafter, engine)
+    result = generate(engine, prompt_ids, args.max_new_tokens, sampling, on_tokens=None if args.json else show,
+                      drafter=drafter)
     stats = result.stats.to_dict()
     if args.json:
         text = tok.decode(result.token_ids)
