@@ -10,6 +10,7 @@ COMMANDS = {
     "export": ("mtpedge.export_cmd", "export a model (GGUF file or Hugging Face folder) to a bundle"),
     "generate": ("mtpedge.generate_cmd", "generate a completion for one prompt"),
     "chat": ("mtpedge.chat_cmd", "interactive chat with streaming output"),
+    "serve": ("mtpedge.serve_cmd", "OpenAI-compatible local HTTP server (/v1/chat/completions, /v1/completions)"),
 }
 
 
