@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         stream = StreamDecoder(tok)
         try:
             result = generate(engine, prompt_ids, args.max_new_tokens, sampling, on_overflow="stop", drafter=drafter,
-                              on_tokens=lambda ids: print(stream.push(ids), end="", flush=True))
+                              on_tokens=lambda ids, stream=stream: print(stream.push(ids), end="", flush=True))
         except KeyboardInterrupt:
             print("\n(reply stopped)", file=sys.stderr)
             history.pop()
