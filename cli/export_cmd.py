@@ -32,7 +32,9 @@ def run(args: argparse.Namespace) -> int:
         from mtpedge.export.bundle_writer import ExportConfig, export_bundle
         from mtpedge.models.loading import ModelLoadError
     except ImportError as err:
-        raise SystemExit(f"export needs the export extras ({err.name} is missing): pip install 'mtpedge[export]'")
+        raise SystemExit(
+            f"export needs the export extras ({err.name} is missing): pip install 'mtpedge[export]'"
+        ) from err
     out = args.out or default_bundle_dir(args.model, args.context)
     config = ExportConfig(context=args.context, prefill_width=args.prefill_width,
                           decode_widths=args.decode_widths, check_parity=not args.no_parity_check)

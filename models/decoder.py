@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
-
 from mtpedge.runtime.model_config import DecoderConfig
+from torch import nn
 
 
 class RMSNorm(nn.Module):

@@ -10,10 +10,9 @@ import sys
 import urllib.request
 
 import pytest
-from server_helpers import LiveServer
-
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import generate
+from server_helpers import LiveServer
 
 openai = pytest.importorskip("openai")
 
