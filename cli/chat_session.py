@@ -40,6 +40,7 @@ class ChatSession:
         self.set_drafter(drafter)
         self.last: GenerationStats | None = None
         self.replies = self.tokens = self.decode_calls = 0
+        self.decode_tokens = 0.0  # tokens committed by decode calls (τ x calls), as GenerationStats counts them
         self.seconds = 0.0
 
     def set_drafter(self, name: str) -> None:
@@ -84,6 +85,7 @@ class ChatSession:
         self.replies += 1
         self.tokens += stats.new_tokens
         self.decode_calls += stats.decode_calls
+        self.decode_tokens += stats.tokens_per_call * stats.decode_calls
         self.seconds += stats.elapsed_seconds
         return Reply(answer, stats, dropped, stats.finish_reason == "cancelled")
 
@@ -92,7 +94,7 @@ class ChatSession:
 
     def stats_report(self) -> str:
         lines = [f"last reply: {format_stats(self.last.to_dict())}" if self.last else "last reply: none yet"]
-        per_call = self.tokens / self.decode_calls if self.decode_calls else 0.0
+        per_call = self.decode_tokens / self.decode_calls if self.decode_calls else 1.0
         lines.append(f"session: {self.replies} replies, {self.tokens} tokens in {self.seconds:.1f} s, "
                      f"{per_call:.2f} tokens per decode call, drafter {self.drafter_name}")
         lines.append(f"context: {self.context_used()} of {self.engine.context} tokens used by "

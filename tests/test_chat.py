@@ -86,6 +86,14 @@ def test_the_oldest_exchanges_are_dropped_when_the_context_fills(engine):
         assert reply.stats.prompt_tokens + 40 <= engine.context and reply.stats.finish_reason != "cancelled"
 
 
+def test_the_chat_says_when_it_drops_turns_and_refuses_an_overlong_message(engine):
+    session = ChatSession(engine, GREEDY, 40)
+    status, _, err = run_repl(session, [f"{i} " + "word " * 12 for i in range(4)] + ["word " * 400, "/quit"])
+    assert status == 0
+    assert "(context: dropped the oldest 1 exchange(s) to fit the 256-token context)" in err
+    assert "(not sent: your message takes" in err and session.replies == 4
+
+
 def test_a_message_too_long_for_the_context_is_refused(engine):
     session = ChatSession(engine, GREEDY, 8)
     session.reply("short")
@@ -108,6 +116,7 @@ def test_commands(engine):
                                           "never read"])
     assert status == 0
     assert "last reply: " in err and "session: 1 replies" in err
+    assert "1.00 tokens per decode call, drafter none" in err  # plain decoding: τ = 1
     assert "drafter: none (available: none" in err
     assert "unknown drafter 'nonsense'" in err and "(drafter: none)" in err
     assert "system prompt: Speak like a pirate" in err and "unknown command /bogus" in err
