@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from mtpedge.bundles import default_bundle_dir
 
@@ -41,6 +42,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         export_bundle(args.model, out, config, progress=print)
     except ModelLoadError as err:
-        print(f"mtpedge export: error: {err}")
+        print(f"mtpedge export: error: {err}", file=sys.stderr)
         return 2
     return 0

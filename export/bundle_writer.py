@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import torch
+
 from mtpedge import __version__
 from mtpedge.runtime.bundle import MANIFEST, GraphEntry, Manifest, TokenizerInfo
 from mtpedge.runtime.contract import DEFAULT_MASK_VALUE, graph_name

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import onnx
 import torch
-from mtpedge.runtime.contract import GraphShape
 from onnx import numpy_helper
 from onnx.external_data_helper import set_external_data
+
+from mtpedge.runtime.contract import GraphShape
 
 from ..models.decoder import Decoder
 

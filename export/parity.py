@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import torch
+
 from mtpedge.runtime.contract import DEFAULT_MASK_VALUE, GraphShape
 from mtpedge.runtime.rope import inverse_frequencies, rope_tables
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from mtpedge.runtime.model_config import DecoderConfig
 from torch import nn
+
+from mtpedge.runtime.model_config import DecoderConfig
 
 
 class RMSNorm(nn.Module):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
 from mtpedge.runtime.model_config import SUPPORTED_ARCHITECTURES, DecoderConfig, RopeConfig
 
 from .decoder import Decoder
