@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+
 from mtpedge.chat_cmd import read_message, repl
 from mtpedge.chat_session import ChatSession, ContextFullError
 from mtpedge.runtime.engine import Engine

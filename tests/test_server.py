@@ -9,10 +9,11 @@ import threading
 import time
 
 import pytest
+
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import generate
 from mtpedge.server import worker as worker_module
-from server_helpers import LiveServer, parse_events, streamed_text
+from tests.server_helpers import LiveServer, parse_events, streamed_text
 
 CHAT = "/v1/chat/completions"
 TEXT = "/v1/completions"

@@ -10,9 +10,10 @@ import sys
 import urllib.request
 
 import pytest
+
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import generate
-from server_helpers import LiveServer
+from tests.server_helpers import LiveServer
 
 openai = pytest.importorskip("openai")
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import threading
 
 import pytest
+
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import generate
-from server_helpers import LiveServer, streamed_text
+from tests.server_helpers import LiveServer, streamed_text
 
 pytestmark = pytest.mark.slow
 STOPS = [".", ":"]

@@ -21,6 +21,7 @@ from typing import Any
 
 import jinja2
 from aiohttp import web
+
 from mtpedge.runtime.drafters import drafter_names
 
 from .protocol import ApiError, CompletionRequest, parse_json_body, parse_request
