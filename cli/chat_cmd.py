@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from mtpedge.bundles import ensure_bundle
-from mtpedge.generate_cmd import add_common_arguments, format_stats, sampling_from
+from mtpedge.generate_cmd import add_common_arguments, drafter_options, format_stats, sampling_from
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
     engine = Engine.load(ensure_bundle(args.bundle, args.model, args.context), threads=args.threads)
     tok = engine.tokenizer
     sampling = sampling_from(args)
-    drafter = make_drafter(args.drafter, engine)
+    drafter = make_drafter(args.drafter, engine, **drafter_options(args))
     base = [{"role": "system", "content": args.system}] if args.system else []
     history: list[dict[str, str]] = []
     print("mtpedge chat — empty line or Ctrl-D to quit, /reset to clear the conversation", file=sys.stderr)

@@ -65,6 +65,16 @@ def static_tree_parents(widths: Sequence[int]) -> np.ndarray:
     return np.asarray(parents, dtype=np.int64)
 
 
+def default_static_widths(nodes: int, k: int) -> tuple[int, ...]:
+    """Per-depth widths filling `nodes` token nodes (root included): most at depth 1, as ESP's [15, 4]."""
+    drafts = nodes - 1
+    if drafts < 1:
+        return ()
+    deeper = max(1, drafts // 4) if drafts >= k else 0
+    widths = [drafts - deeper * (k - 1)] + [deeper] * (k - 1)
+    return tuple(w for w in widths if w > 0)
+
+
 def mask_pool(mask_probs: np.ndarray, offer: int, root: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Candidates of ESP's dynamic tree as a pool: depth i offers the top (offer - i + 1) tokens of mask i
     under the top-1 candidate of depth i-1, each scored P(parent) * p_i(token).

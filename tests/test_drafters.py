@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from mtpedge.runtime.drafters import drafter_names, make_drafter
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import generate
@@ -127,3 +126,57 @@ def test_registry_and_option_errors(engines):
     with pytest.raises(ValueError, match="depths"):
         make_drafter("esp", engine, masks=1, tree="static:3,1")
     assert make_drafter("lookup", engine, masks=None).name == "lookup"  # None options are dropped (CLI)
+
+
+def test_cli_generate_with_drafter_settings(tiny_bundle, capsys):
+    import json
+
+    from mtpedge.main import main
+
+    bundle = str(tiny_bundle("llama"))
+    assert main(["generate", "hello hello", "--bundle", bundle, "--raw", "--json", "--max-new-tokens", "12"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    argv = ["generate", "hello hello", "--bundle", bundle, "--raw", "--json", "--max-new-tokens", "12",
+            "--drafter", "esp", "--masks", "2", "--mask-init", "soft", "--tree", "static:3,1", "--width", "16"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["token_ids"] == plain["token_ids"]
+    assert out["drafter_settings"] == {"drafter": "esp", "masks": 2, "mask_init": "soft", "mask_update": 0.1,
+                                       "tree": "static", "widths": [3, 1], "width": 16}
+    assert set(out) >= {"accepted_per_depth", "accepted_per_call", "tokens_per_call"}
+    with pytest.raises(SystemExit, match="takes no option masks"):
+        main(["generate", "x", "--bundle", bundle, "--drafter", "lookup", "--masks", "2"])
+
+
+def test_bundle_templates_are_loaded_and_cached_masks_change_nothing(tiny_bundle, engines):
+    """The export wrote the static ESP layouts; the engine preloads them, and the cached bias/RoPE path
+    gives bit-identical logits to rebuilding everything per call."""
+    engine = engines["qwen3"]
+    assert {(t.width, t.masks) for t in engine.templates} >= {(8, 1), (32, 1), (32, 2), (32, 3)}
+    naive = Engine.load(tiny_bundle("qwen3"), cached_masks=False)
+    prompt = fuzzed_prompts(engine, 1, seed=5)[0]
+    for name in ("esp", "hybrid"):
+        a = generate(engine, prompt, 30, stop_token_ids=set(), drafter=make_drafter(name, engine))
+        b = generate(naive, prompt, 30, stop_token_ids=set(), drafter=make_drafter(name, naive))
+        assert a.token_ids == b.token_ids and a.stats.accepted_histogram == b.stats.accepted_histogram
+    tree, slots = make_drafter("esp", engine).propose(prompt, prompt[-1])
+    engine.reset()
+    engine.prefill(prompt)
+    naive.reset()
+    naive.prefill(prompt)
+    assert np.array_equal(engine.run_tree(tree, slots).logits, naive.run_tree(tree, slots).logits)
+
+
+def test_corrupt_template_is_refused(tiny_bundle, tmp_path):
+    import json
+    import shutil
+
+    from mtpedge.runtime.bundle import BundleError
+
+    folder = tmp_path / "bundle"
+    shutil.copytree(tiny_bundle("llama"), folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["extras"]["tree_templates"][0]["depth"][1] += 1
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match="position offsets differ"):
+        Engine.load(folder)

@@ -22,19 +22,17 @@ from ..engine import Engine
 from ..graphs import GraphOutput
 from ..mask_embeddings import MaskConfig, MaskEmbeddings
 from ..tree import DraftTree
-from ..tree_build import attach_mask_slots, mask_pool, mask_slot_index, select_tree, softmax_rows, static_tree
+from ..tree_build import (
+    attach_mask_slots,
+    default_static_widths,
+    mask_pool,
+    mask_slot_index,
+    select_tree,
+    softmax_rows,
+    static_tree,
+)
 
 TREE_KINDS = ("static", "dynamic")
-
-
-def default_static_widths(nodes: int, k: int) -> tuple[int, ...]:
-    """Per-depth widths filling `nodes` token nodes (root included): most at depth 1, as ESP's [15, 4]."""
-    drafts = nodes - 1
-    if drafts < 1:
-        return ()
-    deeper = max(1, drafts // 4) if drafts >= k else 0
-    widths = [drafts - deeper * (k - 1)] + [deeper] * (k - 1)
-    return tuple(w for w in widths if w > 0)
 
 
 def parse_tree_option(tree: str | Sequence[int] | None) -> tuple[str, tuple[int, ...] | None]:
