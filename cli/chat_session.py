@@ -32,9 +32,10 @@ class ChatSession:
     """The conversation and its engine; knows nothing about terminals (the REPL below does)."""
 
     def __init__(self, engine: Engine, sampling: SamplingConfig, max_new_tokens: int, drafter: str = "none",
-                 system: str | None = None) -> None:
+                 system: str | None = None, drafter_options: dict | None = None) -> None:
         self.engine, self.sampling, self.max_new_tokens = engine, sampling, max_new_tokens
         self.system = system
+        self.drafter_options = drafter_options or {}  # command-line drafter settings, kept across /drafter
         self.history: list[dict[str, str]] = []  # user, assistant, user, assistant, ...
         self.drafter_name, self.drafter = "none", None
         self.set_drafter(drafter)
@@ -44,7 +45,8 @@ class ChatSession:
         self.seconds = 0.0
 
     def set_drafter(self, name: str) -> None:
-        self.drafter = make_drafter(name, self.engine)  # raises ValueError naming the choices
+        # raises ValueError naming the choices
+        self.drafter = make_drafter(name, self.engine, **self.drafter_options)
         self.drafter_name = name
 
     def reset(self) -> None:

@@ -21,8 +21,20 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
-    parser.add_argument("--drafter", default="none",
-                        help="multi-token drafter (none = plain decoding); see `mtpedge.runtime.drafters`")
+    parser.add_argument("--drafter", default="none", choices=["none", "esp", "lookup", "hybrid"],
+                        help="multi-token drafter (none = plain decoding; default); see `mtpedge.runtime.drafters`")
+    group = parser.add_argument_group("drafter settings (each drafter's own default when omitted)")
+    group.add_argument("--width", type=int, default=None,
+                       help="slots per decode call the drafter may fill (tree nodes + mask slots)")
+    group.add_argument("--masks", type=int, default=None, help="esp/hybrid: mask slots k after each node (1-3)")
+    group.add_argument("--mask-init", choices=["soft", "hard", "sample", "mean"], default=None,
+                       help="esp/hybrid: mask embedding init (mean = vocab mean)")
+    group.add_argument("--mask-update", type=float, default=None,
+                       help="esp/hybrid: online update rate lambda of the mask embeddings (default 0.1)")
+    group.add_argument("--tree", default=None, help="esp: dynamic, static, or static:W1,W2,... per-depth widths")
+    group.add_argument("--max-ngram", type=int, default=None, help="lookup/hybrid: longest n-gram matched")
+    group.add_argument("--branches", type=int, default=None,
+                       help="lookup/hybrid: distinct n-gram continuations in one tree")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,6 +46,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def sampling_from(args: argparse.Namespace) -> SamplingConfig:
     return SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+
+
+def drafter_options(args: argparse.Namespace) -> dict:
+    """The drafter settings given on the command line (None = the drafter's default; make_drafter drops them)."""
+    options = {"width": args.width, "masks": args.masks, "mask_init": args.mask_init, "mask_update": args.mask_update,
+               "tree": args.tree, "max_ngram": args.max_ngram, "branches": args.branches}
+    return {key: value for key, value in options.items() if value is not None}
 
 
 def format_stats(stats: dict) -> str:
@@ -61,7 +80,10 @@ def run(args: argparse.Namespace) -> int:
     def show(tokens: list[int]) -> None:
         print(stream.push(tokens), end="", flush=True)
 
-    drafter = make_drafter(args.drafter, engine)
+    try:
+        drafter = make_drafter(args.drafter, engine, **drafter_options(args))
+    except ValueError as err:
+        raise SystemExit(f"mtpedge generate: error: {err}") from err
     result = generate(engine, prompt_ids, args.max_new_tokens, sampling, on_tokens=None if args.json else show,
                       drafter=drafter)
     stats = result.stats.to_dict()

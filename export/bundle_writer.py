@@ -25,6 +25,7 @@ from mtpedge.runtime.contract import DEFAULT_MASK_VALUE, graph_name
 from ..models.loading import LoadedModel, load_model
 from .onnx_graphs import SharedWeights, check_contract, trace_graph
 from .parity import graph_parity
+from .tree_templates import tree_template_extras
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ class ExportConfig:
     decode_widths: tuple[int, ...] = (1, 16)
     mask_value: float = DEFAULT_MASK_VALUE
     check_parity: bool = True  # run each graph once against the PyTorch reference
+    tree_templates: bool = True  # write the static ESP tree layouts of each decode width (extras)
     extras: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -147,7 +149,8 @@ def _write_contents(loaded: LoadedModel, folder: Path, config: ExportConfig, say
         mask_value=config.mask_value,
         source_sha256=loaded.source_sha256,
         producer=_producer_versions(),
-        extras={"export_parity": parity, "weights_file": WEIGHTS_FILE, **config.extras},
+        extras={"export_parity": parity, "weights_file": WEIGHTS_FILE,
+                **(tree_template_extras(config.decode_widths) if config.tree_templates else {}), **config.extras},
     )
 
 

@@ -13,19 +13,22 @@ from pathlib import Path
 
 import numpy as np
 
+from .attention_bias import CachedAttentionBias, naive_attention_bias
 from .bundle import BundleError, Manifest, read_manifest
 from .graphs import GraphOutput, GraphSet
 from .kv_cache import ContextOverflowError, KVCache
 from .rope import inverse_frequencies, rope_tables
 from .tokenizer import TextTokenizer
 from .tree import SLOT, DraftTree, tree_layout
+from .tree_templates import check_template, templates_from_extras
 
 log = logging.getLogger(__name__)
 
 
 class Engine:
     def __init__(self, folder: Path, manifest: Manifest, threads: int | None = None,
-                 providers: list | None = None, session_options: dict[str, str] | None = None) -> None:
+                 providers: list | None = None, session_options: dict[str, str] | None = None,
+                 cached_masks: bool = True) -> None:
         self.folder = folder
         self.manifest = manifest
         cfg = manifest.config
@@ -43,12 +46,28 @@ class Engine:
         self.cache = KVCache(cfg.num_layers, cfg.num_kv_heads, self.context, cfg.head_dim)
         self.graph_calls = 0
         self.graph_seconds = 0.0
+        # Host work per call kept small: RoPE rows for every position computed once; block layouts cached by
+        # tree shape (the bundle's precomputed templates first); bias buffers reused per width (see
+        # attention_bias). cached_masks=False rebuilds everything each call (for measurement).
+        self.cached_masks = cached_masks
+        max_position = self.context + self.graphs.max_width
+        self._rope_cos, self._rope_sin = rope_tables(np.arange(max_position), self.inv_freq)
+        self._layouts: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+        self._biases = {e.width: CachedAttentionBias(e.width, self.context, self.mask_value)
+                        for e in self.graphs.entries}
+        self.templates = templates_from_extras(manifest.extras)
+        for template in self.templates:
+            problem = check_template(template)
+            if problem:
+                raise BundleError(f"{problem}: the bundle's tree templates are corrupt; re-run `mtpedge export`")
+            parents = np.asarray(template.parents, dtype=np.int64)
+            self._layouts[parents.tobytes()] = (template.visible_matrix(), np.asarray(template.depth, np.int64))
 
     @classmethod
     def load(cls, folder: str | Path, threads: int | None = None, providers: list | None = None,
-             session_options: dict[str, str] | None = None) -> Engine:
+             session_options: dict[str, str] | None = None, cached_masks: bool = True) -> Engine:
         folder = Path(folder)
-        return cls(folder, read_manifest(folder), threads, providers, session_options)
+        return cls(folder, read_manifest(folder), threads, providers, session_options, cached_masks)
 
     @property
     def stop_token_ids(self) -> set[int]:
@@ -57,25 +76,40 @@ class Engine:
     def embed(self, tokens: np.ndarray) -> np.ndarray:
         return np.asarray(self.embeddings[np.asarray(tokens, dtype=np.int64)], dtype=np.float32)
 
+    def block_layout(self, parents: np.ndarray) -> tuple[np.ndarray, np.ndarray, bytes]:
+        """(visible, depth, key) of a block; computed once per tree shape (templates are preloaded)."""
+        parents = np.asarray(parents, dtype=np.int64)
+        key = parents.tobytes()
+        if not self.cached_masks:
+            layout = tree_layout(parents)
+            return layout.visible, layout.depth, key
+        if key not in self._layouts:
+            if len(self._layouts) >= 4096:  # a bound, for drafters whose shapes never repeat
+                self._layouts.clear()
+            layout = tree_layout(parents)
+            self._layouts[key] = (layout.visible, layout.depth)
+        visible, depth = self._layouts[key]
+        return visible, depth, key
+
     def run_block(self, embeds: np.ndarray, parents: np.ndarray) -> GraphOutput:
         """One graph call over n slots arranged as a tree rooted at position n_past; nothing is committed.
 
         Padding rows (up to the graph's width) see only themselves, so their softmax stays finite.
         """
         n = embeds.shape[0]
-        layout = tree_layout(parents)
+        visible, depth, key = self.block_layout(parents)
         entry = self.graphs.entry_for(n)
-        width, c = entry.width, self.context
-        positions = np.full(width, self.cache.n_past, dtype=np.int64)
-        positions[:n] += layout.depth
-        bias = np.full((1, 1, width, c + width), self.mask_value, dtype=np.float32)
-        bias[0, 0, :n, : self.cache.n_past] = 0.0
-        block = bias[0, 0, :, c:]
-        block[:n, :n][layout.visible] = 0.0
-        block[np.arange(n, width), np.arange(n, width)] = 0.0
+        width, n_past = entry.width, self.cache.n_past
+        positions = np.full(width, n_past, dtype=np.int64)
+        positions[:n] += depth
+        if self.cached_masks:
+            bias = self._biases[width].fill(n_past, visible, key)
+            cos, sin = self._rope_cos[:, :, positions], self._rope_sin[:, :, positions]
+        else:
+            bias = naive_attention_bias(n_past, visible, width, self.context, self.mask_value)
+            cos, sin = rope_tables(positions, self.inv_freq)
         padded = np.zeros((1, width, self.config.hidden_size), dtype=np.float32)
         padded[0, :n] = embeds
-        cos, sin = rope_tables(positions, self.inv_freq)
         feeds = {"inputs_embeds": padded, "attention_bias": bias, "rope_cos": cos, "rope_sin": sin}
         feeds.update(self.cache.graph_inputs())
         out = self.graphs.run(entry, feeds, n)

@@ -49,6 +49,7 @@ class GenerationStats:
     accepted_histogram: Counter = field(default_factory=Counter)  # drafts accepted per decode call
     finish_reason: str = ""
     drafter: str = "none"
+    drafter_settings: dict = field(default_factory=dict)
 
     @property
     def forward_calls(self) -> int:
@@ -61,6 +62,12 @@ class GenerationStats:
             return 1.0
         accepted = sum(k * v for k, v in self.accepted_histogram.items())
         return 1.0 + accepted / self.decode_calls
+
+    @property
+    def accepted_per_depth(self) -> dict[int, int]:
+        """Calls whose accepted path reached draft depth d (d = 1, 2, ...): a depth-wise acceptance count."""
+        deepest = max(self.accepted_histogram, default=0)
+        return {d: sum(v for k, v in self.accepted_histogram.items() if k >= d) for d in range(1, deepest + 1)}
 
     @property
     def decode_seconds(self) -> float:
@@ -89,8 +96,10 @@ class GenerationStats:
             "graph_s": round(self.graph_seconds, 4),
             "host_s": round(self.host_seconds, 4),
             "accepted_per_call": {str(k): v for k, v in sorted(self.accepted_histogram.items())},
+            "accepted_per_depth": {str(k): v for k, v in self.accepted_per_depth.items()},
             "finish_reason": self.finish_reason,
             "drafter": self.drafter,
+            "drafter_settings": self.drafter_settings,
         }
 
 
@@ -123,7 +132,8 @@ def generate(
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     sampler = Sampler(sampling or SamplingConfig())
     stops = engine.stop_token_ids if stop_token_ids is None else set(stop_token_ids)
-    stats = GenerationStats(prompt_tokens=len(prompt_ids), drafter=drafter.name if drafter else "none")
+    stats = GenerationStats(prompt_tokens=len(prompt_ids), drafter=drafter.name if drafter else "none",
+                            drafter_settings=dict(getattr(drafter, "settings", {})))
     if len(prompt_ids) >= engine.context:
         raise ContextOverflowError(
             f"the prompt has {len(prompt_ids)} tokens but the bundle's context is {engine.context} "

@@ -1,0 +1,122 @@
+"""ESP: training-free multi-token drafting by mask-token probing (methods.md section 1).
+
+Every step is ONE graph call over `[root | tree nodes | k masks after each node]`. The call verifies the
+tree, and the k mask slots under the deepest accepted node forecast the k tokens after the next root:
+they seed the next tree, so drafting costs no extra call. The first step after prefill has no forecast
+yet and runs the root and its masks alone.
+
+Trees ("top-1 expansion": depth i comes from mask i, only depth i-1's best node gets children):
+    static  per-depth widths [K1, ..., Kk]; fixed shape, so the bundle's precomputed layout applies;
+    dynamic ESP's dynamic tree: depth i offers its top (B - i) tokens scored P(parent) * p_i(token),
+            the B - 1 best scores over all depths are kept (B = width // (k + 1) token nodes).
+A candidate equal to its parent's token is replaced by the next best (pruning).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..engine import Engine
+from ..graphs import GraphOutput
+from ..mask_embeddings import MaskConfig, MaskEmbeddings
+from ..tree import DraftTree
+from ..tree_build import (
+    attach_mask_slots,
+    default_static_widths,
+    mask_pool,
+    mask_slot_index,
+    select_tree,
+    softmax_rows,
+    static_tree,
+)
+
+TREE_KINDS = ("static", "dynamic")
+
+
+def parse_tree_option(tree: str | Sequence[int] | None) -> tuple[str, tuple[int, ...] | None]:
+    """"dynamic", "static", "static:15,4" or a sequence of widths -> (kind, widths or None)."""
+    if tree is None:
+        return "static", None
+    if not isinstance(tree, str):
+        return "static", tuple(int(w) for w in tree)
+    kind, _, spec = tree.partition(":")
+    if kind not in TREE_KINDS:
+        raise ValueError(f"unknown tree {tree!r}: use dynamic, static or static:W1,W2,...")
+    if kind == "dynamic" or not spec:
+        return kind, None
+    try:
+        widths = tuple(int(w) for w in spec.split(","))
+    except ValueError as err:
+        raise ValueError(f"static tree widths must be integers, got {spec!r} (e.g. static:6,1)") from err
+    if not widths or min(widths) < 1:
+        raise ValueError(f"static tree widths must be >= 1, got {spec!r}")
+    return kind, widths
+
+
+class MaskProbe:
+    """The mask-slot half of ESP: mask embeddings, and the forecast read from the last call's mask slots."""
+
+    def __init__(self, engine: Engine, config: MaskConfig) -> None:
+        self.config = config
+        self.k = config.slots
+        self.masks = MaskEmbeddings(config, engine.embeddings)
+        self.forecast: np.ndarray | None = None  # (k, vocab) logits for depths 1..k under the next root
+
+    def start(self, prompt_ids: Sequence[int]) -> None:
+        self.masks.start(prompt_ids)
+        self.forecast = None
+
+    def finish_tree(self, tokens: np.ndarray, parents: np.ndarray) -> tuple[DraftTree, np.ndarray]:
+        return attach_mask_slots(tokens, parents, self.k), self.masks.for_owners(tokens.shape[0])
+
+    def observe(self, tree: DraftTree, n_tokens: int, out: GraphOutput, path: list[int]) -> None:
+        """Read the forecast from the deepest accepted node's masks; fold the committed tokens into the masks."""
+        self.forecast = out.logits[mask_slot_index(n_tokens, path[-1], self.k)]
+        self.masks.observe_tokens(tree.tokens[np.asarray(path)])
+
+
+class EspDrafter:
+    name = "esp"
+
+    def __init__(self, engine: Engine, masks: int = 1, mask_init: str = "mean", mask_update: float = 0.1,
+                 tree: str | Sequence[int] | None = "static", width: int = 16, seed: int = 0) -> None:
+        self.probe = MaskProbe(engine, MaskConfig(init=mask_init, slots=masks, update_rate=mask_update, seed=seed))
+        self.kind, widths = parse_tree_option(tree)
+        width = min(width, engine.graphs.max_width)
+        self.nodes = width // (masks + 1)  # token nodes (root included) that fit with their mask slots
+        if self.nodes < 1:
+            raise ValueError(f"a width of {width} slots cannot hold a root and its {masks} mask slot(s)")
+        self.widths = widths if widths is not None else default_static_widths(self.nodes, masks)
+        if self.kind == "static":
+            need = (masks + 1) * (1 + sum(self.widths))
+            if len(self.widths) > masks:
+                raise ValueError(f"static widths {list(self.widths)} have {len(self.widths)} depths but only "
+                                 f"{masks} mask slot(s) forecast them: use --masks {len(self.widths)} or fewer depths")
+            if need > engine.graphs.max_width:
+                raise ValueError(f"static widths {list(self.widths)} with {masks} mask slot(s) need {need} slots, "
+                                 f"the widest graph has {engine.graphs.max_width}: re-export with a wider "
+                                 "--decode-widths or use smaller widths")
+        self.settings = {"drafter": self.name, "masks": masks, "mask_init": mask_init, "mask_update": mask_update,
+                         "tree": self.kind, "widths": list(self.widths) if self.kind == "static" else None,
+                         "width": width}
+        self._n_tokens = 1
+
+    def start(self, engine: Engine, prompt_ids: Sequence[int], prefill_logits: np.ndarray) -> None:
+        self.probe.start(prompt_ids)
+
+    def propose(self, context_ids: Sequence[int], root: int) -> tuple[DraftTree, np.ndarray]:
+        forecast = self.probe.forecast
+        if forecast is None:
+            tokens, parents = np.array([root], dtype=np.int64), np.array([-1], dtype=np.int64)
+        elif self.kind == "static":
+            tokens, parents = static_tree(root, forecast, self.widths)  # top tokens by logit = by probability
+        else:
+            pool = mask_pool(softmax_rows(forecast), self.nodes - 1, root)
+            tokens, parents, _ = select_tree(*pool, self.nodes)
+        self._n_tokens = tokens.shape[0]
+        return self.probe.finish_tree(tokens, parents)
+
+    def observe(self, tree: DraftTree, out: GraphOutput, path: list[int]) -> None:
+        self.probe.observe(tree, self._n_tokens, out, path)

@@ -1,0 +1,75 @@
+"""Prompt-lookup drafting (PLD): the continuation of the newest earlier occurrence of the last n tokens.
+
+No mask slots and no model work: the tree is a trie of up to `branches` distinct continuations (newest
+match first), cut to the `width` budget by estimated acceptance (per-depth rates learned online; the
+r-th continuation is discounted by 1 / (r + 1)). A step without any match is a plain one-slot call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..acceptance import DepthRates
+from ..engine import Engine
+from ..graphs import GraphOutput
+from ..ngram import ngram_continuations
+from ..tree import DraftTree
+from ..tree_build import chain_pool, select_tree
+
+
+def node_depths(parents: np.ndarray) -> np.ndarray:
+    depth = np.zeros(parents.shape[0], dtype=np.int64)
+    for i in range(1, parents.shape[0]):  # parents come first
+        depth[i] = depth[parents[i]] + 1
+    return depth
+
+
+class NgramSource:
+    """Lookup candidates as a scored pool, and the per-depth acceptance rates that score them."""
+
+    def __init__(self, max_ngram: int, min_ngram: int, length: int, branches: int) -> None:
+        if length < 1 or branches < 1:
+            raise ValueError(f"lookup length and branches must be >= 1, got {length}, {branches}")
+        self.max_ngram, self.min_ngram, self.length, self.branches = max_ngram, min_ngram, length, branches
+        self.rates = DepthRates(length)
+
+    def pool(self, context_ids: Sequence[int], root: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        found = ngram_continuations(context_ids, self.max_ngram, self.min_ngram, self.length, self.branches)
+        scores = [self.rates.chain_scores(c.size, 1.0 / (rank + 1)) for rank, c in enumerate(found)]
+        return chain_pool(root, found, scores)
+
+    def record(self, tree: DraftTree, from_lookup: np.ndarray, path: list[int]) -> None:
+        """Update the rates from this call's lookup nodes (`from_lookup`: one flag per token node)."""
+        n = from_lookup.shape[0]
+        parents = tree.parents[:n]
+        on_path = np.zeros(n, dtype=bool)
+        on_path[path] = True
+        lookup = from_lookup.copy()
+        lookup[0] = False
+        depth = node_depths(parents)
+        parent_on_path = np.zeros(n, dtype=bool)
+        parent_on_path[1:] = on_path[parents[1:]]
+        self.rates.record(depth[lookup], parent_on_path[lookup], (on_path & lookup)[lookup])
+
+
+class LookupDrafter:
+    name = "lookup"
+
+    def __init__(self, engine: Engine, width: int = 8, max_ngram: int = 3, min_ngram: int = 1,
+                 branches: int = 1) -> None:
+        self.budget = min(width, engine.graphs.max_width)
+        self.source = NgramSource(max_ngram, min_ngram, max(1, self.budget - 1), branches)
+        self.settings = {"drafter": self.name, "width": self.budget, "max_ngram": max_ngram, "min_ngram": min_ngram,
+                         "branches": branches}
+
+    def start(self, engine: Engine, prompt_ids: Sequence[int], prefill_logits: np.ndarray) -> None:
+        self.source.rates.reset()
+
+    def propose(self, context_ids: Sequence[int], root: int) -> tuple[DraftTree, None]:
+        tokens, parents, _ = select_tree(*self.source.pool(context_ids, root), self.budget)
+        return DraftTree(tokens, parents), None
+
+    def observe(self, tree: DraftTree, out: GraphOutput, path: list[int]) -> None:
+        self.source.record(tree, np.ones(len(tree), dtype=bool), path)

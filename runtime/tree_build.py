@@ -1,0 +1,190 @@
+"""Pure functions that build draft trees: ESP's static and dynamic trees, candidate pools, mask-slot chains.
+
+Every function here is pure (arrays in, arrays out) so that it can be tested exhaustively and ported
+line by line (the Android demo re-implements them in Java). Token nodes are returned as
+`(tokens, parents)` with the root at index 0 and parents before children (BFS order);
+`attach_mask_slots` then appends ESP's k mask slots after every token node:
+
+    [root | tree nodes (BFS) | k masks after root | k masks after node 1 | ...]
+
+Ties are broken deterministically everywhere: higher probability first, then the lower token id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .tree import SLOT, DraftTree
+
+
+def top_tokens(probs: np.ndarray, count: int, exclude: int | None = None) -> np.ndarray:
+    """The `count` most probable token ids of `probs` (vocab,), best first, ties by lower id.
+
+    `exclude` (the parent's token: ESP's pruning) is skipped, so the next-best token takes its place.
+    """
+    vocab = probs.shape[0]
+    take = min(count + 1, vocab)
+    if take <= 0 or count <= 0:
+        return np.zeros(0, dtype=np.int64)
+    part = np.argpartition(-probs, take - 1)[:take] if take < vocab else np.arange(vocab)
+    # a tie at the partition boundary could leave out a lower id of equal probability: widen to all equal ones
+    cutoff = probs[part].min()
+    part = np.union1d(part, np.flatnonzero(probs == cutoff)) if take < vocab else part
+    order = part[np.lexsort((part, -probs[part]))]
+    if exclude is not None:
+        order = order[order != exclude]
+    return order[:count].astype(np.int64)
+
+
+def static_tree(root: int, mask_probs: np.ndarray, widths: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """ESP's static tree with "top-1 expansion": depth i holds the top widths[i-1] tokens of mask i, all
+    children of the most probable node of depth i-1 (the root for depth 1). The shape depends only on
+    `widths`, so its layout can be precomputed (see tree_templates)."""
+    if len(widths) > mask_probs.shape[0]:
+        raise ValueError(f"{len(widths)} tree depths need as many mask distributions, got {mask_probs.shape[0]}")
+    tokens, parents = [np.array([root], dtype=np.int64)], [np.array([-1], dtype=np.int64)]
+    anchor, anchor_token, size = 0, root, 1
+    for depth, width in enumerate(widths):
+        chosen = top_tokens(mask_probs[depth], width, exclude=anchor_token)
+        if chosen.size < width:
+            raise ValueError(f"the vocabulary is too small for a tree width of {width}")
+        tokens.append(chosen)
+        parents.append(np.full(width, anchor, dtype=np.int64))
+        anchor, anchor_token, size = size, int(chosen[0]), size + width
+    return np.concatenate(tokens), np.concatenate(parents)
+
+
+def static_tree_parents(widths: Sequence[int]) -> np.ndarray:
+    """The parents array of every static tree of `widths` (what a template is keyed by)."""
+    parents, anchor, size = [-1], 0, 1
+    for width in widths:
+        parents.extend([anchor] * width)
+        anchor, size = size, size + width
+    return np.asarray(parents, dtype=np.int64)
+
+
+def default_static_widths(nodes: int, k: int) -> tuple[int, ...]:
+    """Per-depth widths filling `nodes` token nodes (root included): most at depth 1, as ESP's [15, 4]."""
+    drafts = nodes - 1
+    if drafts < 1:
+        return ()
+    deeper = max(1, drafts // 4) if drafts >= k else 0
+    widths = [drafts - deeper * (k - 1)] + [deeper] * (k - 1)
+    return tuple(w for w in widths if w > 0)
+
+
+def mask_pool(mask_probs: np.ndarray, offer: int, root: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Candidates of ESP's dynamic tree as a pool: depth i offers the top (offer - i + 1) tokens of mask i
+    under the top-1 candidate of depth i-1, each scored P(parent) * p_i(token).
+
+    Returns pool arrays (tokens, parents, scores) with the root at index 0 (score 1).
+    """
+    tokens, parents, scores = [root], [-1], [1.0]
+    anchor, anchor_token, anchor_score = 0, root, 1.0
+    for depth in range(mask_probs.shape[0]):
+        count = offer - depth
+        if count <= 0:
+            break
+        chosen = top_tokens(mask_probs[depth], count, exclude=anchor_token)
+        first = len(tokens)
+        tokens.extend(int(t) for t in chosen)
+        parents.extend([anchor] * chosen.size)
+        scores.extend((anchor_score * mask_probs[depth][chosen]).tolist())
+        anchor, anchor_token, anchor_score = first, int(chosen[0]), scores[first]
+    return np.asarray(tokens, np.int64), np.asarray(parents, np.int64), np.asarray(scores, np.float64)
+
+
+def chain_pool(root: int, continuations: Sequence[np.ndarray], scores: Sequence[np.ndarray]
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A pool of token chains hanging under the root (e.g. n-gram continuations), with per-node scores."""
+    tokens, parents, pool_scores = [root], [-1], [1.0]
+    for chain, chain_scores in zip(continuations, scores, strict=True):
+        parent = 0
+        for token, score in zip(chain, chain_scores, strict=True):
+            tokens.append(int(token))
+            parents.append(parent)
+            pool_scores.append(float(score))
+            parent = len(tokens) - 1
+    return np.asarray(tokens, np.int64), np.asarray(parents, np.int64), np.asarray(pool_scores, np.float64)
+
+
+def concat_pools(*pools: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One pool from several pools sharing the root (index 0 of each); later roots are dropped."""
+    tokens, parents, scores = [pools[0][0][:1]], [pools[0][1][:1]], [pools[0][2][:1]]
+    size = 1
+    for pool_tokens, pool_parents, pool_scores in pools:
+        shifted = np.where(pool_parents[1:] == 0, 0, pool_parents[1:] + size - 1)
+        tokens.append(pool_tokens[1:])
+        parents.append(shifted)
+        scores.append(pool_scores[1:])
+        size += pool_tokens.shape[0] - 1
+    return np.concatenate(tokens), np.concatenate(parents), np.concatenate(scores)
+
+
+def select_tree(tokens: np.ndarray, parents: np.ndarray, scores: np.ndarray, budget: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The best tree of at most `budget` nodes (root included) from a candidate pool.
+
+    Pool nodes that repeat a sibling's token (same parent after merging, same token) are merged, keeping the
+    higher score, and a node's score is capped by its parent's, so that choosing the `budget` best scores
+    always yields a connected tree. Ties go to the shallower node, then to the earlier pool entry. The
+    result is in BFS order (depth, then score rank).
+
+    Returns (tokens, parents, pool index of each chosen node).
+    """
+    n = tokens.shape[0]
+    if budget < 1:
+        raise ValueError(f"a tree budget must be >= 1, got {budget}")
+    merged = np.arange(n)  # pool index -> representative pool index
+    depth = np.zeros(n, dtype=np.int64)
+    score = np.asarray(scores, dtype=np.float64).copy()
+    seen: dict[tuple[int, int], int] = {}
+    for i in range(1, n):  # small pools (tens of nodes): a plain loop reads best
+        parent = int(merged[parents[i]])
+        depth[i] = depth[parent] + 1
+        score[i] = min(score[i], score[parent])
+        key = (parent, int(tokens[i]))
+        if key in seen:
+            keep = seen[key]
+            score[keep] = max(score[keep], score[i])
+            merged[i] = keep
+        else:
+            seen[key] = i
+            merged[i] = i
+    reps = np.flatnonzero(merged == np.arange(n))
+    reps = reps[reps != 0]
+    order = reps[np.lexsort((reps, depth[reps], -score[reps]))][: budget - 1]
+    chosen = np.concatenate([[0], order[np.lexsort((np.arange(order.size), depth[order]))]])
+    new_index = {int(p): i for i, p in enumerate(chosen)}
+    new_parents = np.array([-1] + [new_index[int(merged[parents[p]])] for p in chosen[1:]], dtype=np.int64)
+    return tokens[chosen].astype(np.int64), new_parents, chosen.astype(np.int64)
+
+
+def attach_mask_slots(tokens: np.ndarray, parents: np.ndarray, k: int) -> DraftTree:
+    """The tree plus a chain of k SLOT nodes under every token node (ESP's block layout).
+
+    Slot j (0-based) of owner b sits at index n + b * k + j; see `mask_slot_index`.
+    """
+    n = tokens.shape[0]
+    if k == 0:
+        return DraftTree(tokens, parents)
+    owners = np.repeat(np.arange(n), k)
+    j = np.tile(np.arange(k), n)
+    slot_index = n + np.arange(n * k)
+    slot_parents = np.where(j == 0, owners, slot_index - 1)
+    return DraftTree(np.concatenate([tokens, np.full(n * k, SLOT)]), np.concatenate([parents, slot_parents]))
+
+
+def mask_slot_index(n_tokens: int, owner: int, k: int) -> np.ndarray:
+    """Indices of the k mask slots of token node `owner` in a tree made by `attach_mask_slots`."""
+    start = n_tokens + owner * k
+    return np.arange(start, start + k)
+
+
+def softmax_rows(logits: np.ndarray) -> np.ndarray:
+    """Row-wise softmax in float64 (mask distributions: a few rows, so precision is cheap)."""
+    shifted = logits.astype(np.float64) - logits.max(axis=-1, keepdims=True)
+    probs = np.exp(shifted)
+    return probs / probs.sum(axis=-1, keepdims=True)

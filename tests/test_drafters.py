@@ -1,0 +1,182 @@
+"""Every drafter is lossless: greedy output == plain decoding, token for token, on tiny random models.
+
+Also: sampled output with the same seed equals plain sampling (each emitted token is one draw from the
+model's own conditional, in the same order), and its distribution matches plain sampling statistically.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mtpedge.runtime.drafters import drafter_names, make_drafter
+from mtpedge.runtime.engine import Engine
+from mtpedge.runtime.generate import generate
+from mtpedge.runtime.sampling import SamplingConfig
+
+ARCHS = ("llama", "qwen2", "qwen3")
+
+DRAFTER_SETTINGS = [
+    ("esp", {}),
+    ("esp", {"mask_init": "soft", "masks": 2, "tree": "static:4,2", "width": 32}),
+    ("esp", {"mask_init": "hard", "masks": 3, "tree": "dynamic", "width": 32}),
+    ("esp", {"mask_init": "sample", "masks": 1, "tree": "dynamic", "width": 8, "mask_update": 0.0}),
+    ("lookup", {}),
+    ("lookup", {"width": 32, "branches": 3, "max_ngram": 2}),
+    ("hybrid", {}),
+    ("hybrid", {"masks": 2, "width": 32, "branches": 3, "mask_init": "soft"}),
+]
+
+
+@pytest.fixture(scope="module")
+def engines(tiny_bundle):
+    return {arch: Engine.load(tiny_bundle(arch)) for arch in ARCHS}
+
+
+def fuzzed_prompts(engine: Engine, count: int, seed: int) -> list[list[int]]:
+    """Random token prompts, some with repeated spans (so that n-gram lookup finds matches)."""
+    rng = np.random.default_rng(seed)
+    vocab = engine.config.vocab_size
+    prompts = []
+    for i in range(count):
+        base = rng.integers(0, vocab, size=int(rng.integers(1, 24))).tolist()
+        if i % 2:
+            base = base + base[: int(rng.integers(1, len(base) + 1))]
+        prompts.append(base)
+    return prompts
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("name,options", DRAFTER_SETTINGS)
+def test_greedy_output_equals_plain_decoding(engines, arch, name, options):
+    engine = engines[arch]
+    drafter = make_drafter(name, engine, **options)
+    for prompt in fuzzed_prompts(engine, 6, seed=hash((arch, name)) % 1000):
+        plain = generate(engine, prompt, 40, stop_token_ids=set())
+        drafted = generate(engine, prompt, 40, stop_token_ids=set(), drafter=drafter)
+        assert drafted.token_ids == plain.token_ids
+        assert drafted.stats.decode_calls <= plain.stats.decode_calls
+
+
+def test_drafters_save_calls(engines):
+    """Over fuzzed prompts (half with repeated spans) every drafter needs fewer calls than plain decoding."""
+    engine = engines["llama"]
+    prompts = fuzzed_prompts(engine, 8, seed=3)
+    plain_calls = sum(generate(engine, p, 60, stop_token_ids=set()).stats.decode_calls for p in prompts)
+    for name in ("esp", "lookup", "hybrid"):
+        drafter = make_drafter(name, engine)
+        calls = sum(generate(engine, p, 60, stop_token_ids=set(), drafter=drafter).stats.decode_calls
+                    for p in prompts)
+        assert calls < plain_calls, (name, calls, plain_calls)
+
+
+@pytest.mark.parametrize("name", ["esp", "lookup", "hybrid"])
+def test_sampling_with_the_same_seed_equals_plain_sampling(engines, name):
+    engine = engines["qwen2"]
+    for seed, prompt in enumerate(fuzzed_prompts(engine, 4, seed=11)):
+        config = SamplingConfig(temperature=0.8, top_k=50, seed=seed)
+        plain = generate(engine, prompt, 30, config, stop_token_ids=set())
+        drafted = generate(engine, prompt, 30, config, stop_token_ids=set(), drafter=make_drafter(name, engine))
+        assert drafted.token_ids == plain.token_ids
+
+
+def test_sampled_distribution_matches_plain_sampling(engines):
+    """Chi-square test on the (first, second, third) token triples: drafted vs plain, independent seeds."""
+    engine = engines["llama"]
+    prompt = [5, 9, 5, 9, 5]
+    runs = 400
+    counts = {}
+    for label, name in (("plain", "none"), ("hybrid", "hybrid")):
+        drafter = make_drafter(name, engine, width=8) if name != "none" else None
+        outcomes = []
+        for seed in range(runs):
+            offset = 0 if label == "plain" else 10_000  # independent draws for the two samples
+            config = SamplingConfig(temperature=1.5, top_k=4, seed=seed + offset)
+            out = generate(engine, prompt, 3, config, stop_token_ids=set(), drafter=drafter)
+            outcomes.append(out.token_ids[0] * 1_000 + out.token_ids[1])
+        counts[label] = outcomes
+    keys = sorted(set(counts["plain"]) | set(counts["hybrid"]))
+    a = np.array([counts["plain"].count(k) for k in keys], dtype=float)
+    b = np.array([counts["hybrid"].count(k) for k in keys], dtype=float)
+    keep = (a + b) >= 10  # pool rare cells so the chi-square approximation holds
+    a = np.append(a[keep], a[~keep].sum())
+    b = np.append(b[keep], b[~keep].sum())
+    total = a + b
+    mask = total > 0
+    expected_a, expected_b = total[mask] / 2, total[mask] / 2
+    chi2 = (((a[mask] - expected_a) ** 2) / expected_a + ((b[mask] - expected_b) ** 2) / expected_b).sum()
+    dof = int(mask.sum()) - 1
+    # 99.9% quantile of chi-square via Wilson-Hilferty: a false alarm once in a thousand runs at most
+    z = 3.09
+    limit = dof * (1 - 2 / (9 * dof) + z * np.sqrt(2 / (9 * dof))) ** 3
+    assert chi2 < limit, (chi2, limit, dof)
+
+
+def test_registry_and_option_errors(engines):
+    engine = engines["llama"]
+    assert drafter_names() == ["none", "esp", "hybrid", "lookup"]
+    assert make_drafter("none", engine) is None
+    with pytest.raises(ValueError, match="unknown drafter"):
+        make_drafter("medusa", engine)
+    with pytest.raises(ValueError, match="takes no option masks"):
+        make_drafter("lookup", engine, masks=2)
+    with pytest.raises(ValueError, match="mask init"):
+        make_drafter("esp", engine, mask_init="zeros")
+    with pytest.raises(ValueError, match="need 40 slots"):
+        make_drafter("esp", engine, masks=1, tree="static:19")
+    with pytest.raises(ValueError, match="depths"):
+        make_drafter("esp", engine, masks=1, tree="static:3,1")
+    assert make_drafter("lookup", engine, masks=None).name == "lookup"  # None options are dropped (CLI)
+
+
+def test_cli_generate_with_drafter_settings(tiny_bundle, capsys):
+    import json
+
+    from mtpedge.main import main
+
+    bundle = str(tiny_bundle("llama"))
+    assert main(["generate", "hello hello", "--bundle", bundle, "--raw", "--json", "--max-new-tokens", "12"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    argv = ["generate", "hello hello", "--bundle", bundle, "--raw", "--json", "--max-new-tokens", "12",
+            "--drafter", "esp", "--masks", "2", "--mask-init", "soft", "--tree", "static:3,1", "--width", "16"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["token_ids"] == plain["token_ids"]
+    assert out["drafter_settings"] == {"drafter": "esp", "masks": 2, "mask_init": "soft", "mask_update": 0.1,
+                                       "tree": "static", "widths": [3, 1], "width": 16}
+    assert set(out) >= {"accepted_per_depth", "accepted_per_call", "tokens_per_call"}
+    with pytest.raises(SystemExit, match="takes no option masks"):
+        main(["generate", "x", "--bundle", bundle, "--drafter", "lookup", "--masks", "2"])
+
+
+def test_bundle_templates_are_loaded_and_cached_masks_change_nothing(tiny_bundle, engines):
+    """The export wrote the static ESP layouts; the engine preloads them, and the cached bias/RoPE path
+    gives bit-identical logits to rebuilding everything per call."""
+    engine = engines["qwen3"]
+    assert {(t.width, t.masks) for t in engine.templates} >= {(8, 1), (32, 1), (32, 2), (32, 3)}
+    naive = Engine.load(tiny_bundle("qwen3"), cached_masks=False)
+    prompt = fuzzed_prompts(engine, 1, seed=5)[0]
+    for name in ("esp", "hybrid"):
+        a = generate(engine, prompt, 30, stop_token_ids=set(), drafter=make_drafter(name, engine))
+        b = generate(naive, prompt, 30, stop_token_ids=set(), drafter=make_drafter(name, naive))
+        assert a.token_ids == b.token_ids and a.stats.accepted_histogram == b.stats.accepted_histogram
+    tree, slots = make_drafter("esp", engine).propose(prompt, prompt[-1])
+    engine.reset()
+    engine.prefill(prompt)
+    naive.reset()
+    naive.prefill(prompt)
+    assert np.array_equal(engine.run_tree(tree, slots).logits, naive.run_tree(tree, slots).logits)
+
+
+def test_corrupt_template_is_refused(tiny_bundle, tmp_path):
+    import json
+    import shutil
+
+    from mtpedge.runtime.bundle import BundleError
+
+    folder = tmp_path / "bundle"
+    shutil.copytree(tiny_bundle("llama"), folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["extras"]["tree_templates"][0]["depth"][1] += 1
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match="position offsets differ"):
+        Engine.load(folder)

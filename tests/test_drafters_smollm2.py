@@ -1,0 +1,49 @@
+"""Lossless on the real model: every drafter's greedy output == plain decoding on Spec-Bench questions.
+
+The large run (>= 50 questions x 128 tokens, τ and speed) is `benchmarks/esp_bench.py`; this CI test keeps
+to a couple of minutes: one question per category, 48 new tokens.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from mtpedge.runtime.drafters import make_drafter
+from mtpedge.runtime.engine import Engine
+from mtpedge.runtime.generate import generate
+
+QUESTIONS = Path("/work/shared/data/spec_bench/question.jsonl")
+
+
+def one_question_per_category() -> list[str]:
+    seen: dict[str, str] = {}
+    for line in QUESTIONS.read_text().splitlines():
+        q = json.loads(line)
+        seen.setdefault(q["category"], q["turns"][0])
+    return list(seen.values())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not QUESTIONS.is_file(), reason="Spec-Bench questions are not on this machine")
+def test_drafters_are_lossless_on_smollm2(smollm2_bundle):
+    engine = Engine.load(smollm2_bundle)
+    drafters = {
+        "esp-mean": make_drafter("esp", engine, mask_init="mean"),
+        "esp-soft-dynamic": make_drafter("esp", engine, mask_init="soft", tree="dynamic"),
+        "lookup": make_drafter("lookup", engine),
+        "hybrid": make_drafter("hybrid", engine),
+    }
+    accepted = {name: 0 for name in drafters}
+    calls = {name: 0 for name in drafters}
+    for question in one_question_per_category():
+        prompt = engine.tokenizer.encode_chat([{"role": "user", "content": question}])
+        plain = generate(engine, prompt, 48)
+        for name, drafter in drafters.items():
+            out = generate(engine, prompt, 48, drafter=drafter)
+            assert out.token_ids == plain.token_ids, name
+            accepted[name] += sum(k * v for k, v in out.stats.accepted_histogram.items())
+            calls[name] += out.stats.decode_calls
+    tau = {name: 1 + accepted[name] / calls[name] for name in drafters}
+    assert tau["lookup"] > 1.2 and tau["hybrid"] > tau["lookup"] and tau["esp-mean"] > 1.05, tau
