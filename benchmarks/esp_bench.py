@@ -19,6 +19,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+
 from mtpedge.runtime.attention_bias import CachedAttentionBias, naive_attention_bias
 from mtpedge.runtime.drafters import make_drafter
 from mtpedge.runtime.engine import Engine

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from mtpedge.runtime.drafters import drafter_names, make_drafter
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import generate

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from mtpedge.runtime.drafters import make_drafter
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import generate

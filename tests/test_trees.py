@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from mtpedge.runtime.attention_bias import CachedAttentionBias, naive_attention_bias
 from mtpedge.runtime.mask_embeddings import MaskConfig, initial_masks, updated_masks
 from mtpedge.runtime.ngram import ngram_continuations
