@@ -1,7 +1,7 @@
 """Lossless on the real model: every drafter's greedy output == plain decoding on Spec-Bench questions.
 
 The large run (>= 50 questions x 128 tokens, τ and speed) is `benchmarks/esp_bench.py`; this CI test keeps
-to a couple of minutes: one question per category, 48 new tokens.
+to a couple of minutes: one question from each of four categories (copy-friendly and not), 40 new tokens.
 """
 
 from __future__ import annotations
@@ -18,11 +18,15 @@ from mtpedge.runtime.generate import generate
 QUESTIONS = Path("/work/shared/data/spec_bench/question.jsonl")
 
 
+CATEGORIES = ("coding", "math_reasoning", "summarization", "qa")
+
+
 def one_question_per_category() -> list[str]:
     seen: dict[str, str] = {}
     for line in QUESTIONS.read_text().splitlines():
         q = json.loads(line)
-        seen.setdefault(q["category"], q["turns"][0])
+        if q["category"] in CATEGORIES:
+            seen.setdefault(q["category"], q["turns"][0])
     return list(seen.values())
 
 
@@ -40,9 +44,9 @@ def test_drafters_are_lossless_on_smollm2(smollm2_bundle):
     calls = {name: 0 for name in drafters}
     for question in one_question_per_category():
         prompt = engine.tokenizer.encode_chat([{"role": "user", "content": question}])
-        plain = generate(engine, prompt, 48)
+        plain = generate(engine, prompt, 40)
         for name, drafter in drafters.items():
-            out = generate(engine, prompt, 48, drafter=drafter)
+            out = generate(engine, prompt, 40, drafter=drafter)
             assert out.token_ids == plain.token_ids, name
             accepted[name] += sum(k * v for k, v in out.stats.accepted_histogram.items())
             calls[name] += out.stats.decode_calls
