@@ -10,6 +10,7 @@ COMMANDS = {
     "export": ("mtpedge.export_cmd", "export a model (GGUF file or Hugging Face folder) to a bundle"),
     "generate": ("mtpedge.generate_cmd", "generate a completion for one prompt"),
     "chat": ("mtpedge.chat_cmd", "interactive chat with streaming output"),
+    "bench": ("mtpedge.bench_cmd", "Spec-Bench questions through every decoding method and peer, plus a width sweep"),
 }
 
 
