@@ -64,9 +64,10 @@ def plot_width_sweep(doc: dict, path: Path) -> None:
             if not rs:
                 continue
             widths = [r["width"] for r in rs]
-            ax.plot(widths, [r["median_ms"] for r in rs], marker=marker, label=f"{precision} {kind} measured")
+            (line,) = ax.plot(widths, [r["median_ms"] for r in rs], marker=marker,
+                              label=f"{precision} {kind} measured")
             ax.plot(widths, [r["roofline_ms"] for r in rs], marker=marker, linestyle="--", alpha=0.6,
-                    label=f"{precision} {kind} roofline")
+                    color=line.get_color(), label=f"{precision} {kind} roofline estimate")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("graph width (slots per call)")
     ax.set_ylabel("ms per call (median)")

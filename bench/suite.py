@@ -120,6 +120,8 @@ def run_bench(settings: BenchSettings, say: Callable[[str], None] = log.info,
             say(f"{name}: failed to load ({status['reason']})")
             continue
         status.update(load_s=time.perf_counter() - load_started, rss_added_mb=current_rss_mb() - before)
+        if getattr(method, "info", None):  # e.g. the optimum subprocess's versions and rope check
+            status["info"] = method.info
         methods.append(method)
     say(f"{len(questions)} questions x {len(methods)} methods: {', '.join(m.name for m in methods)}")
     monitor = RssMonitor()

@@ -37,7 +37,7 @@ def write_hf_folder(model: Path, out: Path) -> float:
     # transformers 5 writes only rope_parameters; 4.x reads rope_theta and would silently fall back to 10000
     config["rope_theta"] = theta
     if rope.get("rope_type", "default") != "default":
-        config["rope_scaling"] = rope
+        config["rope_scaling"] = {k: v for k, v in rope.items() if k != "rope_theta"}
     config_path.write_text(json.dumps(config, indent=2))
     tmp.rename(out)
     return theta
@@ -57,13 +57,15 @@ class OptimumPeer:
             log.info("converting %s to a Hugging Face folder for optimum", config.model)
             theta_file.write_text(str(write_hf_folder(config.model, hf_dir)))
         theta = float(theta_file.read_text())
-        self.proc = subprocess.Popen(
-            [str(config.optimum_python), str(WORKER), str(hf_dir), str(onnx_dir), str(config.threads), str(theta)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.log_path = work / "worker.log"  # optimum and torch warn a lot: keep it out of the bench's output
+        with open(self.log_path, "w") as log_file:
+            self.proc = subprocess.Popen(
+                [str(config.optimum_python), str(WORKER), str(hf_dir), str(onnx_dir), str(config.threads),
+                 str(theta)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file, text=True)
         hello = self._read()
         if "error" in hello:
             self.close()
-            raise RuntimeError(f"optimum-ort: {hello['error']}")
+            raise RuntimeError(f"optimum-ort: {hello['error']} (log: {self.log_path})")
         self.info = hello
         self.peak_rss_mb = 0.0
 
@@ -71,7 +73,7 @@ class OptimumPeer:
         line = self.proc.stdout.readline()
         if not line:
             code = self.proc.wait()
-            raise RuntimeError(f"the optimum worker exited (code {code}) without answering; its stderr is above")
+            raise RuntimeError(f"the optimum worker exited (code {code}) without answering; see {self.log_path}")
         return json.loads(line)
 
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int) -> MethodRun:

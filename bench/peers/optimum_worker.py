@@ -56,11 +56,13 @@ def main():
     if used is None or abs(float(used) - theta) > 1e-3 * theta:
         say({"error": f"optimum's config has rope_theta {used}, the model needs {theta}"})
         return 1
-    import optimum.onnxruntime
+    import importlib.metadata
+
     import transformers
 
     say({"ready": True, "rope_theta": used, "versions": {
-        "optimum-onnx": getattr(optimum.onnxruntime, "__version__", "?"), "transformers": transformers.__version__,
+        "optimum-onnx": importlib.metadata.version("optimum-onnx"), "optimum": importlib.metadata.version("optimum"),
+        "transformers": transformers.__version__,
         "onnxruntime": ort.__version__, "torch": torch.__version__}})
     for line in sys.stdin:
         request = json.loads(line)
