@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
 from mtpedge.bench.aggregate import OVERALL, acceptance_by_depth, summarize, tau
 from mtpedge.bench.questions import QuestionFileError, parse_questions, select_questions
-from mtpedge.bench.roofline import Ceilings, CallCost, call_cost, matmul_weights
+from mtpedge.bench.roofline import CallCost, Ceilings, call_cost, matmul_weights
 from mtpedge.bench.runner import Row, first_difference
 from mtpedge.bench.suite import resolve_methods
 from mtpedge.runtime.model_config import DecoderConfig
@@ -118,7 +117,9 @@ def test_roofline_counts_for_a_small_config():
     cost = call_cost(config, width=2, context=6)
     p = 2 * per_layer + 800
     assert cost.flops == 2 * 2 * p + 2 * 4 * 2 * 8 * 2 * 4
-    assert cost.bytes == p * 4 + 2 * 2 * 1 * 6 * 4 * 4 + 2 * 8 * 4 + 2 * 100 * 4 + 2 * 2 * 2 * 4 * 4 + 2 * 2 * 2 * 2 * 8 * 4
+    weights, cache, mask, logits = p * 4, 2 * 2 * 1 * 6 * 4 * 4, 2 * 8 * 4, 2 * 100 * 4
+    new_kv, scores = 2 * 2 * 2 * 4 * 4, 2 * 2 * 2 * 2 * 8 * 4
+    assert cost.bytes == weights + cache + mask + logits + new_kv + scores
     assert call_cost(config, 2, 6, "int4").bytes == cost.bytes - p * 3.5
     ceilings = Ceilings(flops_per_s=1e9, bytes_per_s=1e9, how="test")
     assert ceilings.seconds(CallCost(2e9, 1e9)) == 2.0 and ceilings.bound(CallCost(2e9, 1e9)) == "compute"

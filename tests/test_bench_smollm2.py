@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from mtpedge.bench.report import validate_report
 from mtpedge.main import main
 
