@@ -17,7 +17,8 @@ def _fmt(value, spec: str = ".2f", none: str = "–") -> str:
 
 def method_table(doc: dict) -> list[str]:
     lines = ["| method | kind | τ | decode calls | new tokens | tokens/s | speed-up vs none | same as none | "
-             "first token s | peak RSS MB | load s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "first token s | RSS added at load MB | process peak RSS MB | load s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for m in doc["methods"]:
         if m["status"] != "ran":
             continue
@@ -26,9 +27,16 @@ def method_table(doc: dict) -> list[str]:
             f"% of {s['compared_turns']}" if s["same_as_baseline"] is not None else "")
         lines.append(f"| {m['name']} | {m['kind']} | {_fmt(s['tau'])} | {_fmt(s['decode_calls'], 'd')} | "
                      f"{s['new_tokens']} | {_fmt(s['tokens_per_s'], '.1f')} | {_fmt(s['speedup'])} | {same} | "
-                     f"{_fmt(s['first_token_s'], '.3f')} | {_fmt(m.get('peak_rss_mb'), '.0f')} | "
+                     f"{_fmt(s['first_token_s'], '.3f')} | {_rss_added(m)} | {_fmt(m.get('peak_rss_mb'), '.0f')} | "
                      f"{_fmt(m.get('load_s'), '.1f')} |")
     return lines
+
+
+def _rss_added(method: dict) -> str:
+    """A subprocess peer's own peak; otherwise what loading the method added to this process."""
+    if method.get("subprocess_peak_rss_mb") is not None:
+        return f"{method['subprocess_peak_rss_mb']:.0f} (own process)"
+    return _fmt(method.get("rss_added_mb"), ".0f")
 
 
 def category_table(doc: dict) -> list[str]:
@@ -83,7 +91,8 @@ def markdown(doc: dict) -> str:
     s, m = doc["settings"], doc["machine"]
     out = [f"# mtpedge bench: {s['bundle_name']}", "",
            f"{s['questions_run']} questions ({s['selection']}), {s['max_new_tokens']} new tokens max, greedy, "
-           f"chat template, every turn; {s['threads']} threads; methods interleaved per question.",
+           f"chat template, every turn; {s['threads']} thread(s) per method; methods interleaved per question "
+           "(order rotated). Process peak RSS is of the one process that holds every in-process method at once.",
            f"Machine: {m['cpu_model']}, {m['usable_cores']} cores ({', '.join(m['cpu_flags'])}), "
            f"{m['memory_gib']} GiB; load average {m['load_average_at_start']} at start, "
            f"{m.get('load_average_at_end')} at end. {doc['timing_note']}", "",

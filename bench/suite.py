@@ -79,8 +79,9 @@ def _select(settings: BenchSettings) -> tuple[list[Question], str]:
     if settings.questions is None:
         return select_questions(QUICK_QUESTIONS, settings.categories, settings.limit), "built-in quick questions"
     chosen = load_questions(settings.questions, settings.categories, settings.limit)
-    limit = f"first {settings.limit} per category" if settings.limit else "all"
-    return chosen, f"{settings.questions.name}: {limit} of {', '.join(settings.categories or ['every category'])}"
+    limit = f"the first {settings.limit} of each category" if settings.limit else "all questions"
+    categories = ", ".join(settings.categories) if settings.categories else "every category"
+    return chosen, f"{settings.questions.name}: {limit}; {categories}"
 
 
 def run_bench(settings: BenchSettings, say: Callable[[str], None] = log.info,
