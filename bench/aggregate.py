@@ -1,0 +1,81 @@
+"""Per method x category figures from per-turn rows (the same math for every method and peer).
+
+    τ             1 + Σ accepted drafts / Σ decode calls (tokens committed per graph call; plain decoding 1)
+    tokens/s      mean over rows of each row's decode rate (Spec-Bench's per-question mean)
+    speed-up      mean tokens/s of the method / mean tokens/s of the baseline, over the rows both ran
+    acceptance    per depth d: the share of decode calls that accepted at least d drafts
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from statistics import fmean
+
+from .runner import BASELINE, Row
+
+OVERALL = "overall"
+
+
+def accepted_histogram(rows: Sequence[Row]) -> dict[int, int] | None:
+    """Decode calls per number of accepted drafts, summed over rows; None if any row cannot say."""
+    total: Counter = Counter()
+    for row in rows:
+        if row.accepted_per_call is None:
+            return None
+        total.update({int(k): v for k, v in row.accepted_per_call.items()})
+    return dict(sorted(total.items()))
+
+
+def acceptance_by_depth(histogram: dict[int, int]) -> dict[int, float]:
+    """{d: share of calls that accepted >= d drafts} for d = 1 .. the deepest acceptance seen."""
+    calls = sum(histogram.values())
+    deepest = max(histogram, default=0)
+    return {d: sum(v for k, v in histogram.items() if k >= d) / calls for d in range(1, deepest + 1)} if calls else {}
+
+
+def tau(histogram: dict[int, int] | None) -> float | None:
+    if histogram is None:
+        return None
+    calls = sum(histogram.values())
+    return 1.0 + sum(k * v for k, v in histogram.items()) / calls if calls else None
+
+
+def summarize_group(rows: Sequence[Row], baseline_rows: dict[tuple, Row]) -> dict:
+    ran = [r for r in rows if not r.skipped]
+    hist = accepted_histogram(ran)
+    paired = [(r, baseline_rows[(r.question_id, r.turn)]) for r in ran if (r.question_id, r.turn) in baseline_rows]
+    compared = [r for r in ran if r.same_as_baseline is not None]
+    calls = None if any(r.decode_calls is None for r in ran) else sum(r.decode_calls for r in ran)
+    decode_s = sum(r.elapsed_s - r.first_token_s for r in ran)
+    mean_tps = fmean(r.tokens_per_s for r in ran) if ran else None
+    base_tps = fmean(b.tokens_per_s for _, b in paired) if paired else None
+    return {
+        "questions": len({r.question_id for r in ran}),
+        "turns": len(ran),
+        "skipped": len(rows) - len(ran),
+        "new_tokens": sum(r.new_tokens for r in ran),
+        "decode_calls": calls,
+        "tau": tau(hist),
+        "accepted_histogram": {str(k): v for k, v in hist.items()} if hist is not None else None,
+        "acceptance_by_depth": {str(k): v for k, v in acceptance_by_depth(hist).items()} if hist else None,
+        "tokens_per_s": mean_tps,
+        "tokens_per_s_pooled": (sum(max(r.new_tokens - 1, 0) for r in ran) / decode_s) if decode_s > 0 else None,
+        "first_token_s": fmean(r.first_token_s for r in ran) if ran else None,
+        "speedup": (fmean(r.tokens_per_s for r, _ in paired) / base_tps) if paired and base_tps else None,
+        "same_as_baseline": (sum(r.same_as_baseline for r in compared) / len(compared)) if compared else None,
+        "compared_turns": len(compared),
+        "mean_first_difference": (fmean(r.first_difference for r in compared if r.first_difference is not None)
+                                  if any(r.first_difference is not None for r in compared) else None),
+    }
+
+
+def summarize(rows: Sequence[Row], baseline: str = BASELINE) -> dict[str, dict[str, dict]]:
+    """{method: {category: figures, ..., "overall": figures}}, methods and categories in first-seen order."""
+    baseline_rows = {(r.question_id, r.turn): r for r in rows if r.method == baseline and not r.skipped}
+    groups: dict[str, dict[str, list[Row]]] = defaultdict(lambda: defaultdict(list))
+    for row in rows:
+        groups[row.method][row.category].append(row)
+    return {method: {**{cat: summarize_group(group, baseline_rows) for cat, group in by_cat.items()},
+                     OVERALL: summarize_group([r for group in by_cat.values() for r in group], baseline_rows)}
+            for method, by_cat in groups.items()}

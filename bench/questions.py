@@ -1,0 +1,77 @@
+"""The Spec-Bench question file: one JSON object a line, `{"question_id", "category", "turns": [...]}`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class QuestionFileError(ValueError):
+    """A question file that cannot be used; the message says which line and what to fix."""
+
+
+@dataclass(frozen=True)
+class Question:
+    question_id: int | str
+    category: str
+    turns: tuple[str, ...]
+
+
+def parse_questions(lines: Sequence[str], source: str = "<questions>") -> list[Question]:
+    questions = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise QuestionFileError(f"{source}:{number} is not JSON ({err.msg}): one JSON object per line") from err
+        turns = data.get("turns") if isinstance(data, dict) else None
+        if (not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t for t in turns)
+                or "question_id" not in data or not isinstance(data.get("category"), str)):
+            raise QuestionFileError(f"{source}:{number} needs question_id, a category string and a non-empty "
+                                    "list of turn strings (the Spec-Bench format)")
+        questions.append(Question(data["question_id"], data["category"], tuple(turns)))
+    if not questions:
+        raise QuestionFileError(f"{source} holds no questions")
+    return questions
+
+
+def select_questions(questions: Sequence[Question], categories: Sequence[str] | None = None,
+                     limit: int | None = None) -> list[Question]:
+    """The questions of `categories` (all if None), at most `limit` per category (the first ones: a
+    stratified subset that keeps every category), in file order."""
+    known = list(dict.fromkeys(q.category for q in questions))
+    if categories:
+        unknown = [c for c in categories if c not in known]
+        if unknown:
+            raise QuestionFileError(f"unknown categories {unknown}: the file has {', '.join(known)}")
+    if limit is not None and limit < 1:
+        raise QuestionFileError(f"--limit must be at least 1, got {limit}")
+    wanted = set(categories) if categories else set(known)
+    taken: dict[str, int] = {}
+    chosen = []
+    for q in questions:
+        if q.category in wanted and (limit is None or taken.get(q.category, 0) < limit):
+            taken[q.category] = taken.get(q.category, 0) + 1
+            chosen.append(q)
+    return chosen
+
+
+def load_questions(path: str | Path, categories: Sequence[str] | None = None,
+                   limit: int | None = None) -> list[Question]:
+    path = Path(path)
+    if not path.is_file():
+        raise QuestionFileError(f"question file {path} does not exist: pass --questions "
+                                "(Spec-Bench's data/spec_bench/question.jsonl)")
+    return select_questions(parse_questions(path.read_text().splitlines(), str(path)), categories, limit)
+
+
+# A handful of built-in questions for `mtpedge bench --quick` when no question file is given (CI smoke tests):
+# two categories, one two-turn question, and a repetitive one where prompt lookup has something to copy.
+QUICK_QUESTIONS = (
+    Question("quick-1", "writing", ("Write two sentences about a small red fox.", "Now say it in one sentence.")),
+    Question("quick-2", "extraction", ("Copy this list exactly: one, two, three, one, two, three.",)),
+)

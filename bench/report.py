@@ -1,0 +1,146 @@
+"""The bench's outputs: one JSON document with every figure, a Markdown table, and a completeness check."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .aggregate import OVERALL
+
+SCHEMA = "mtpedge-bench/1"
+REQUIRED_FIGURES = ("questions", "turns", "new_tokens", "decode_calls", "tau", "tokens_per_s", "speedup",
+                    "same_as_baseline", "accepted_histogram")
+
+
+def _fmt(value, spec: str = ".2f", none: str = "–") -> str:
+    return none if value is None else format(value, spec)
+
+
+def method_table(doc: dict) -> list[str]:
+    lines = ["| method | kind | τ | decode calls | new tokens | tokens/s | speed-up vs none | same as none | "
+             "first token s | RSS added at load MB | process peak RSS MB | load s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for m in doc["methods"]:
+        if m["status"] != "ran":
+            continue
+        s = doc["summary"][m["name"]][OVERALL]
+        same = _fmt(s["same_as_baseline"] * 100 if s["same_as_baseline"] is not None else None, ".0f") + (
+            f"% of {s['compared_turns']}" if s["same_as_baseline"] is not None else "")
+        lines.append(f"| {m['name']} | {m['kind']} | {_fmt(s['tau'])} | {_fmt(s['decode_calls'], 'd')} | "
+                     f"{s['new_tokens']} | {_fmt(s['tokens_per_s'], '.1f')} | {_fmt(s['speedup'])} | {same} | "
+                     f"{_fmt(s['first_token_s'], '.3f')} | {_rss_added(m)} | {_fmt(m.get('peak_rss_mb'), '.0f')} | "
+                     f"{_fmt(m.get('load_s'), '.1f')} |")
+    return lines
+
+
+def _rss_added(method: dict) -> str:
+    """A subprocess peer's own peak; otherwise what loading the method added to this process."""
+    if method.get("subprocess_peak_rss_mb") is not None:
+        return f"{method['subprocess_peak_rss_mb']:.0f} (own process)"
+    return _fmt(method.get("rss_added_mb"), ".0f")
+
+
+def category_table(doc: dict) -> list[str]:
+    ran = [m["name"] for m in doc["methods"] if m["status"] == "ran"]
+    categories = [c for c in next(iter(doc["summary"].values()), {}) if c != OVERALL] + [OVERALL]
+    lines = ["| category | " + " | ".join(ran) + " |", "|---" * (len(ran) + 1) + "|"]
+    for cat in categories:
+        cells = []
+        for name in ran:
+            s = doc["summary"][name].get(cat)
+            if s is None:
+                cells.append("–")
+                continue
+            tps = f"{_fmt(s['tokens_per_s'], '.1f')} tok/s"
+            cells.append(f"τ {_fmt(s['tau'])}, {_fmt(s['speedup'])}×, {tps}" if s["tau"] is not None
+                         else f"{_fmt(s['speedup'])}×, {tps}")
+        lines.append(f"| {cat} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def acceptance_table(doc: dict) -> list[str]:
+    rows = [(m["name"], doc["summary"][m["name"]][OVERALL]) for m in doc["methods"] if m["status"] == "ran"]
+    rows = [(n, s) for n, s in rows if s["accepted_histogram"] is not None and n != "none"]
+    if not rows:
+        return ["(no drafting method ran)"]
+    deepest = max((int(k) for _, s in rows for k in s["accepted_histogram"]), default=0)
+    lines = ["| method | " + " | ".join(f"≥{d} accepted" for d in range(1, deepest + 1)) + " | calls by accepted |",
+             "|---" * (deepest + 2) + "|"]
+    for name, s in rows:
+        by_depth = s["acceptance_by_depth"] or {}
+        cells = [_fmt(by_depth.get(str(d), 0.0) * 100, ".1f") + "%" for d in range(1, deepest + 1)]
+        hist = ", ".join(f"{k}: {v}" for k, v in s["accepted_histogram"].items())
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {hist} |")
+    return lines
+
+
+def sweep_table(sweep: dict) -> list[str]:
+    c = sweep["ceilings"]
+    lines = [f"Ceilings measured here: {c['flops_per_s'] / 1e9:.1f} GFLOP/s, {c['bytes_per_s'] / 1e9:.1f} GB/s "
+             f"({c['how']}).", "",
+             "| graph | precision | width | median ms | ms per slot | GFLOP | MB moved | FLOP/byte | "
+             "roofline ms | bound | achieved GFLOP/s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in sweep["records"]:
+        lines.append(f"| {r['graph']} | {r['precision']} | {r['width']} | {r['median_ms']:.2f} | "
+                     f"{r['ms_per_slot']:.2f} | {r['gflops']:.2f} | {r['mbytes']:.0f} | "
+                     f"{r['intensity_flops_per_byte']:.2f} | {r['roofline_ms']:.2f} | {r['bound']} | "
+                     f"{r['achieved_gflops_per_s']:.1f} |")
+    return lines
+
+
+def markdown(doc: dict) -> str:
+    s, m = doc["settings"], doc["machine"]
+    out = [f"# mtpedge bench: {s['bundle_name']}", "",
+           f"{s['questions_run']} questions ({s['selection']}), {s['max_new_tokens']} new tokens max, greedy, "
+           f"chat template, every turn; {s['threads']} thread(s) per method; methods interleaved per question "
+           "(order rotated). Process peak RSS is of the one process that holds every in-process method at once.",
+           f"Machine: {m['cpu_model']}, {m['usable_cores']} cores ({', '.join(m['cpu_flags'])}), "
+           f"{m['memory_gib']} GiB; load average {m['load_average_at_start']} at start, "
+           f"{m.get('load_average_at_end')} at end. {doc['timing_note']}", "",
+           "## All questions", "", *method_table(doc), "",
+           "## Per category (τ, speed-up vs none, mean tokens/s)", "", *category_table(doc), "",
+           "## Drafts accepted per decode call", "", *acceptance_table(doc), ""]
+    missing = [m for m in doc["methods"] if m["status"] != "ran"]
+    if missing:
+        out += ["## Not run", ""] + [f"- {m['name']}: {m['status']}: {m['reason']}" for m in missing] + [""]
+    if doc.get("sweep"):
+        out += ["## Width sweep (one graph call)", "", *sweep_table(doc["sweep"]), ""]
+    if doc.get("plots"):
+        out += ["## Plots", ""] + [f"![{p}]({p})" for p in doc["plots"]] + [""]
+    out += [f"Bench wall time {doc['elapsed_s']:.0f} s."]
+    return "\n".join(out) + "\n"
+
+
+def validate_report(doc: dict, expect_methods: Sequence[str] = ()) -> list[str]:
+    """Problems that make a report incomplete (empty list = well-formed)."""
+    problems = []
+    for key in ("schema", "settings", "machine", "methods", "summary", "rows", "elapsed_s"):
+        if key not in doc:
+            problems.append(f"missing top-level {key!r}")
+    if problems:
+        return problems
+    if doc["schema"] != SCHEMA:
+        problems.append(f"schema {doc['schema']!r}, expected {SCHEMA!r}")
+    ran = {m["name"] for m in doc["methods"] if m["status"] == "ran"}
+    for name in expect_methods:
+        if name not in ran:
+            problems.append(f"method {name!r} did not run")
+    for name in ran:
+        summary = doc["summary"].get(name)
+        if not summary or OVERALL not in summary:
+            problems.append(f"no summary for {name!r}")
+            continue
+        for cat, figures in summary.items():
+            missing = [f for f in REQUIRED_FIGURES if f not in figures]
+            if missing:
+                problems.append(f"{name}/{cat} lacks {missing}")
+        overall = summary[OVERALL]
+        if overall["turns"] < 1 or overall["new_tokens"] < 1:
+            problems.append(f"{name} produced no tokens")
+    rows_by_method = {r["method"] for r in doc["rows"]}
+    if ran - rows_by_method:
+        problems.append(f"no rows for {sorted(ran - rows_by_method)}")
+    if "sweep" in doc and doc["sweep"] is not None:
+        for r in doc["sweep"].get("records", []):
+            if not (r["median_ms"] > 0 and r["roofline_ms"] > 0 and r["gflops"] > 0):
+                problems.append(f"sweep record {r.get('graph')} has non-positive figures")
+    return problems

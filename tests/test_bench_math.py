@@ -1,0 +1,126 @@
+"""The bench's pure parts: question parsing, method names, aggregation math, roofline counts, report checks."""
+
+from __future__ import annotations
+
+import pytest
+from mtpedge.bench.aggregate import OVERALL, acceptance_by_depth, summarize, tau
+from mtpedge.bench.questions import QuestionFileError, parse_questions, select_questions
+from mtpedge.bench.roofline import CallCost, Ceilings, call_cost, matmul_weights
+from mtpedge.bench.runner import Row, first_difference
+from mtpedge.bench.suite import resolve_methods
+from mtpedge.runtime.model_config import DecoderConfig
+
+LINES = [
+    '{"question_id": 1, "category": "writing", "turns": ["a", "b"]}',
+    '{"question_id": 2, "category": "writing", "turns": ["c", "d"]}',
+    "",
+    '{"question_id": 3, "category": "math", "turns": ["e"]}',
+    '{"question_id": 4, "category": "writing", "turns": ["f"]}',
+]
+
+
+def test_parse_questions_reads_spec_bench_lines():
+    questions = parse_questions(LINES)
+    assert [q.question_id for q in questions] == [1, 2, 3, 4]
+    assert questions[0].turns == ("a", "b")
+    assert questions[2].category == "math"
+
+
+@pytest.mark.parametrize("line, words", [
+    ('{"question_id": 1, "category": "x", "turns": [', "q.jsonl:2 is not JSON"),
+    ('{"question_id": 1, "category": "x", "turns": []}', "q.jsonl:2 needs question_id"),
+    ('{"category": "x", "turns": ["a"]}', "q.jsonl:2 needs question_id"),
+    ('["a"]', "q.jsonl:2 needs"),
+])
+def test_parse_questions_names_the_bad_line(line, words):
+    with pytest.raises(QuestionFileError, match=words):
+        parse_questions([LINES[0], line], "q.jsonl")
+
+
+def test_select_questions_limits_per_category_in_file_order():
+    questions = parse_questions(LINES)
+    assert [q.question_id for q in select_questions(questions, limit=1)] == [1, 3]
+    assert [q.question_id for q in select_questions(questions, ["writing"], limit=2)] == [1, 2]
+    assert [q.question_id for q in select_questions(questions)] == [1, 2, 3, 4]
+    with pytest.raises(QuestionFileError, match="unknown categories \\['poetry'\\]: the file has writing, math"):
+        select_questions(questions, ["poetry"])
+    with pytest.raises(QuestionFileError, match="--limit must be at least 1"):
+        select_questions(questions, limit=0)
+
+
+def test_resolve_methods_expands_all_and_always_keeps_the_baseline():
+    assert resolve_methods(["all"], ["none", "lookup"]) == [
+        "none", "lookup", "llama.cpp", "llama.cpp-lookup", "transformers", "transformers-lookup", "optimum-ort"]
+    assert resolve_methods(["transformers", "lookup"], ["none", "lookup"]) == ["none", "transformers", "lookup"]
+    with pytest.raises(ValueError, match="unknown method 'eagle'"):
+        resolve_methods(["eagle"], ["none"])
+
+
+def test_first_difference():
+    assert first_difference([1, 2, 3], [1, 2, 3]) is None
+    assert first_difference([1, 2, 3], [1, 5, 3]) == 1
+    assert first_difference([1, 2], [1, 2, 3]) == 2
+    assert first_difference([], []) is None
+
+
+def _row(qid, category, turn, method, tokens, tps, calls=None, accepted=None, first=0.5, elapsed=1.5, **kw):
+    return Row(qid, category, turn, method, prompt_tokens=10, new_tokens=tokens, decode_calls=calls,
+               accepted_per_call=accepted, tokens_per_s=tps, first_token_s=first, elapsed_s=elapsed, **kw)
+
+
+def test_tau_and_acceptance_by_depth():
+    assert tau({0: 6, 1: 3, 2: 1}) == pytest.approx(1 + 5 / 10)
+    assert tau(None) is None
+    assert acceptance_by_depth({0: 6, 1: 3, 2: 1}) == {1: pytest.approx(0.4), 2: pytest.approx(0.1)}
+    assert acceptance_by_depth({0: 4}) == {}
+
+
+def test_summarize_pools_tau_and_pairs_speedup_with_the_baseline():
+    rows = [
+        _row(1, "writing", 1, "none", 11, 10.0, calls=10, accepted={"0": 10}, same_as_baseline=True),
+        _row(1, "writing", 2, "none", 6, 20.0, calls=5, accepted={"0": 5}, same_as_baseline=True),
+        _row(2, "math", 1, "none", 5, 30.0, calls=4, accepted={"0": 4}, same_as_baseline=True),
+        _row(1, "writing", 1, "lookup", 11, 15.0, calls=6, accepted={"0": 3, "1": 2, "2": 1},
+             same_as_baseline=True),
+        _row(1, "writing", 2, "lookup", 6, 40.0, calls=3, accepted={"0": 1, "1": 2},
+             same_as_baseline=False, first_difference=4),
+        _row(2, "math", 1, "lookup", 0, 0.0, skipped="too long"),
+        _row(1, "writing", 1, "peer", 11, 45.0, same_as_baseline=False, first_difference=2),
+    ]
+    s = summarize(rows)
+    assert list(s["lookup"]) == ["writing", "math", OVERALL]
+    w = s["lookup"]["writing"]
+    assert w["decode_calls"] == 9
+    assert w["accepted_histogram"] == {"0": 4, "1": 4, "2": 1}
+    assert w["tau"] == pytest.approx(1 + 6 / 9)
+    assert w["acceptance_by_depth"] == {"1": pytest.approx(5 / 9), "2": pytest.approx(1 / 9)}
+    assert w["tokens_per_s"] == pytest.approx(27.5)
+    assert w["speedup"] == pytest.approx(27.5 / 15.0)  # baseline mean over the same two turns
+    assert w["same_as_baseline"] == pytest.approx(0.5)
+    assert w["mean_first_difference"] == pytest.approx(4)
+    assert w["tokens_per_s_pooled"] == pytest.approx((10 + 5) / 2.0)  # decode seconds 1.0 per row
+    assert s["lookup"]["math"]["turns"] == 0 and s["lookup"]["math"]["skipped"] == 1
+    assert s["lookup"]["math"]["speedup"] is None
+    assert s["lookup"][OVERALL]["skipped"] == 1 and s["lookup"][OVERALL]["turns"] == 2
+    assert s["none"][OVERALL]["tau"] == 1.0
+    assert s["none"][OVERALL]["speedup"] == pytest.approx(1.0)
+    peer = s["peer"]["writing"]
+    assert peer["tau"] is None and peer["decode_calls"] is None and peer["accepted_histogram"] is None
+    assert peer["speedup"] == pytest.approx(4.5)
+
+
+def test_roofline_counts_for_a_small_config():
+    config = DecoderConfig(architecture="llama", vocab_size=100, hidden_size=8, intermediate_size=16, num_layers=2,
+                           num_heads=2, num_kv_heads=1, head_dim=4)
+    per_layer = 8 * 8 + 2 * 8 * 4 + 8 * 8 + 3 * 8 * 16
+    assert matmul_weights(config) == 2 * per_layer + 8 * 100
+    cost = call_cost(config, width=2, context=6)
+    p = 2 * per_layer + 800
+    assert cost.flops == 2 * 2 * p + 2 * 4 * 2 * 8 * 2 * 4
+    weights, cache, mask, logits = p * 4, 2 * 2 * 1 * 6 * 4 * 4, 2 * 8 * 4, 2 * 100 * 4
+    new_kv, scores = 2 * 2 * 2 * 4 * 4, 2 * 2 * 2 * 2 * 8 * 4
+    assert cost.bytes == weights + cache + mask + logits + new_kv + scores
+    assert call_cost(config, 2, 6, "int4").bytes == cost.bytes - p * 3.5
+    ceilings = Ceilings(flops_per_s=1e9, bytes_per_s=1e9, how="test")
+    assert ceilings.seconds(CallCost(2e9, 1e9)) == 2.0 and ceilings.bound(CallCost(2e9, 1e9)) == "compute"
+    assert ceilings.bound(CallCost(1e9, 3e9)) == "memory"

@@ -1,0 +1,111 @@
+"""`mtpedge bench --quick` on a tiny bundle: it runs, its outputs are complete and consistent (not timed)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from mtpedge.bench.memory import RssMonitor
+from mtpedge.bench.report import validate_report
+from mtpedge.main import main
+from mtpedge.runtime.drafters import drafter_names
+
+
+@pytest.fixture(scope="module")
+def quick_report(tiny_bundle, tiny_model_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "quick"
+    code = main(["bench", "--bundle", str(tiny_bundle("llama")), "--quick", "--out", str(out),
+                 "--methods", ",".join([*drafter_names(), "transformers", "llama.cpp"]),
+                 "--model", str(tiny_model_dir("llama"))])
+    assert code == 0
+    return out, json.loads((out / "bench.json").read_text())
+
+
+def test_quick_writes_every_output(quick_report):
+    out, doc = quick_report
+    assert sorted(p.name for p in out.iterdir()) == [
+        "bench.json", "bench.md", "tau_by_category.png", "tokens_per_s.png", "width_sweep.png"]
+    for png in out.glob("*.png"):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert validate_report(doc, expect_methods=[*drafter_names(), "transformers"]) == []
+    md = (out / "bench.md").read_text()
+    assert "| none | mtpedge | 1.00 |" in md and "## Width sweep" in md
+
+
+def test_quick_rows_cover_every_turn_of_every_method(quick_report):
+    _, doc = quick_report
+    ran = [m["name"] for m in doc["methods"] if m["status"] == "ran"]
+    assert ran == [*drafter_names(), "transformers"]
+    # the built-in questions: one with two turns, one with one
+    assert sorted((r["method"], r["question_id"], r["turn"]) for r in doc["rows"]) == sorted(
+        (m, q, t) for m in ran for q, t in (("quick-1", 1), ("quick-1", 2), ("quick-2", 1)))
+    for row in doc["rows"]:
+        assert row["skipped"] is None and 1 <= row["new_tokens"] <= 8
+    none = doc["summary"]["none"]["overall"]
+    assert none["tau"] == 1.0 and none["speedup"] == pytest.approx(1.0) and none["same_as_baseline"] == 1.0
+    assert none["decode_calls"] == sum(r["new_tokens"] - 1 for r in doc["rows"] if r["method"] == "none")
+
+
+def test_quick_lossless_methods_and_float32_peer_match_plain_decoding(quick_report):
+    _, doc = quick_report
+    # every mtpedge drafter is lossless; transformers runs the same float32 weights (tiny model: no near-ties)
+    for name in [*drafter_names(), "transformers"]:
+        assert doc["summary"][name]["overall"]["same_as_baseline"] == 1.0, name
+
+
+def test_quick_reports_missing_peers_with_the_reason(quick_report):
+    _, doc = quick_report
+    llama = next(m for m in doc["methods"] if m["name"] == "llama.cpp")
+    assert llama["status"] == "missing"
+    assert "GGUF" in llama["reason"] or "not installed" in llama["reason"]
+
+
+def test_quick_records_machine_sweep_and_memory(quick_report):
+    _, doc = quick_report
+    assert doc["machine"]["logical_cores"] >= 1 and "onnxruntime" in doc["machine"]["versions"]
+    widths = sorted(r["width"] for r in doc["sweep"]["records"])
+    assert widths == [1, 8, 16, 32]  # the tiny bundle's decode widths and its prefill width
+    assert all(r["bound"] in ("memory", "compute") for r in doc["sweep"]["records"])
+    for m in doc["methods"]:
+        if m["status"] == "ran":
+            assert m["peak_rss_mb"] > 0
+
+
+def test_validate_report_finds_gaps(quick_report):
+    _, doc = quick_report
+    broken = json.loads(json.dumps(doc))
+    del broken["summary"]["none"]["overall"]["tau"]
+    broken["rows"] = [r for r in broken["rows"] if r["method"] != "transformers"]
+    problems = validate_report(broken, expect_methods=["none", "esp-that-never-ran"])
+    assert "method 'esp-that-never-ran' did not run" in problems
+    assert "none/overall lacks ['tau']" in problems
+    assert "no rows for ['transformers']" in problems
+    assert validate_report({"schema": "x"})[0] == "missing top-level 'settings'"
+
+
+def test_bench_refuses_bad_arguments(tiny_bundle, capsys):
+    assert main(["bench", "--bundle", str(tiny_bundle("llama"))]) == 2
+    assert "--questions is required" in capsys.readouterr().err
+    assert main(["bench", "--bundle", str(tiny_bundle("llama")), "--quick", "--methods", "eagle"]) == 2
+    assert "unknown method 'eagle'" in capsys.readouterr().err
+
+
+def test_rss_monitor_keeps_a_peak_per_window():
+    monitor = RssMonitor(interval_s=0.001)
+    with monitor.window("big"):
+        block = bytearray(64 * 2**20)
+        block[::4096] = b"x" * len(block[::4096])
+    del block
+    with monitor.window("small"):
+        pass
+    monitor.close()
+    assert monitor.peaks["big"] > 0 and monitor.peaks["small"] > 0
+
+
+def test_optimum_conversion_writes_rope_theta_for_old_transformers(tiny_model_dir, tmp_path):
+    from mtpedge.bench.peers.optimum_peer import write_hf_folder
+
+    theta = write_hf_folder(tiny_model_dir("llama"), tmp_path / "hf")
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert theta == 50000.0 and config["rope_theta"] == 50000.0
+    assert config["rope_scaling"]["rope_type"] == "llama3" and config["rope_scaling"]["factor"] == 8.0
