@@ -16,7 +16,7 @@ import java.util.regex.Pattern;
  * The bundle's input embedding table (vocab, hidden) float32, memory-mapped from its .npy file; rows are looked
  * up on the host, so a mask slot is just a vector the drafter supplies.
  */
-public final class EmbeddingTable {
+public final class EmbeddingTable implements Embeddings {
     private static final Pattern SHAPE = Pattern.compile("'shape':\\s*\\((\\d+),\\s*(\\d+)\\s*,?\\)");
     public final int rows;
     public final int dim;
@@ -72,6 +72,17 @@ public final class EmbeddingTable {
         }
     }
 
+    @Override
+    public int rows() {
+        return rows;
+    }
+
+    @Override
+    public int dim() {
+        return dim;
+    }
+
+    @Override
     public void copyRow(int token, float[] out, int offset) {
         if (token < 0 || token >= rows) {
             throw new IllegalArgumentException("token id " + token + " is outside the vocabulary (" + rows + ")");
@@ -79,11 +90,5 @@ public final class EmbeddingTable {
         FloatBuffer view = data.duplicate();
         view.position(token * dim);
         view.get(out, offset, dim);
-    }
-
-    public float[] row(int token) {
-        float[] out = new float[dim];
-        copyRow(token, out, 0);
-        return out;
     }
 }

@@ -16,17 +16,17 @@ public final class Engine implements AutoCloseable {
     public final Manifest manifest;
     public final DecoderConfig config;
     public final int context;
-    public final EmbeddingTable embeddings;
+    public final Embeddings embeddings;
     public final KvCache cache;
     private final GraphRunner runner;
     private final Rope rope;
     private int graphCalls;
     private double graphSeconds;
 
-    public Engine(Manifest manifest, EmbeddingTable embeddings, GraphRunner runner) {
+    public Engine(Manifest manifest, Embeddings embeddings, GraphRunner runner) {
         DecoderConfig cfg = manifest.config;
-        if (embeddings.rows != cfg.vocabSize || embeddings.dim != cfg.hiddenSize) {
-            throw new BundleException("embedding table has shape (" + embeddings.rows + ", " + embeddings.dim
+        if (embeddings.rows() != cfg.vocabSize || embeddings.dim() != cfg.hiddenSize) {
+            throw new BundleException("embedding table has shape (" + embeddings.rows() + ", " + embeddings.dim()
                     + "), the manifest says (" + cfg.vocabSize + ", " + cfg.hiddenSize + "): re-run `mtpedge export`");
         }
         this.manifest = manifest;

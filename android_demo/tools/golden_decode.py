@@ -1,0 +1,121 @@
+"""Record short decodes of the real SmolLM2 bundle (plain greedy and each drafter) for the Java replay test.
+
+Per graph call: the chosen width, n_past, positions, the attention bias (as zero runs per row), a fingerprint of
+each input embedding row, and the outputs as top-k logits + each row's log-sum-exp (the full rows are 49152
+floats). Per decode step: the drafter's tree, and the slots each commit gathered. Plus the prompt's and the
+committed tokens' embedding rows (base64 float32), so that mask embeddings can be recomputed in Java.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import logging
+from pathlib import Path
+
+import numpy as np
+from golden_common import f32, recorded_positions, write, zero_runs
+
+import mtpedge.runtime.generate as generate_module
+from mtpedge.runtime.engine import Engine
+from mtpedge.runtime.generate import generate
+from mtpedge.runtime.tree import SLOT
+
+log = logging.getLogger("make_golden")
+TOP_K = 16
+# long enough (> 64 tokens with the chat template) that prefill takes two chunks of the 64-wide graph
+PROMPT = ("Here is a list of the planets of the solar system, from the Sun outwards: Mercury, Venus, Earth, Mars, "
+          "Jupiter, Saturn, Uranus, Neptune. Write the same list again, separated by commas, and then say which "
+          "planet is the largest.")
+RECORDINGS = [("plain", None, {}, 24)]
+
+
+def drafter_recordings() -> list:
+    """(name, drafter registry name, options, new tokens) for every drafter this runtime has."""
+    from mtpedge.runtime.drafters import DRAFTERS
+    wanted = [("esp_static", "esp", {"masks": 1, "tree": "static"}), ("esp_dynamic", "esp", {"masks": 2, "tree": "dynamic"}),
+              ("lookup", "lookup", {}), ("hybrid", "hybrid", {})]
+    return [(name, key, options, 40) for name, key, options in wanted if key in DRAFTERS]
+
+
+def top_rows(logits: np.ndarray) -> dict:
+    rows = np.asarray(logits, dtype=np.float32)
+    ids = np.argsort(-rows, axis=1, kind="stable")[:, :TOP_K]
+    top = np.take_along_axis(rows, ids, axis=1)
+    high = rows.astype(np.float64).max(axis=1, keepdims=True)
+    lse = (high[:, 0] + np.log(np.exp(rows.astype(np.float64) - high).sum(axis=1)))
+    return {"ids": ids.tolist(), "values": [f32(r) for r in top], "lse": lse.tolist()}
+
+
+@contextlib.contextmanager
+def recording(engine: Engine, drafter):
+    """Spy on graph calls, commits, trees and verification while `generate` runs."""
+    calls, commits, trees = [], [], []
+    original_run = engine.graphs.run
+    original_commit = engine.cache.commit_accepted_kv
+    original_verify = generate_module.verify_tree
+
+    def run(entry, feeds, n_real):
+        out = original_run(entry, feeds, n_real)
+        embeds = feeds["inputs_embeds"][0, :n_real].astype(np.float64)
+        calls.append({"width": entry.width, "n_real": n_real, "n_past": engine.cache.n_past,
+                      "bias_zero_runs": [zero_runs(r) for r in feeds["attention_bias"][0, 0]],
+                      "embed_sums": embeds.sum(axis=1).tolist(), "embed_sumsq": (embeds ** 2).sum(axis=1).tolist(),
+                      "logits": top_rows(out.logits)})
+        return out
+
+    def commit(new_keys, new_values, slots):
+        commits.append({"call": len(calls) - 1, "slots": [int(s) for s in slots]})
+        return original_commit(new_keys, new_values, slots)
+
+    def verify(tree, logits, choose):
+        path, token = original_verify(tree, logits, choose)
+        trees.append({"call": len(calls) - 1, "tokens": tree.tokens.tolist(), "parents": tree.parents.tolist(),
+                      "path": path, "next_token": token})
+        return path, token
+
+    engine.graphs.run = run
+    engine.cache.commit_accepted_kv = commit
+    generate_module.verify_tree = verify
+    try:
+        with recorded_positions() as positions:
+            yield calls, commits, trees, positions
+    finally:
+        del engine.graphs.run
+        del engine.cache.commit_accepted_kv
+        generate_module.verify_tree = original_verify
+
+
+def record(engine: Engine, name: str, drafter_key: str | None, options: dict, max_new: int) -> dict:
+    from mtpedge.runtime.drafters import make_drafter
+    prompt = engine.tokenizer.encode_chat([{"role": "user", "content": PROMPT}])
+    drafter = make_drafter(drafter_key, engine, **options) if drafter_key else None
+    with recording(engine, drafter) as (calls, commits, trees, positions):
+        result = generate(engine, prompt, max_new_tokens=max_new, drafter=drafter)
+    for call, pos in zip(calls, positions, strict=True):
+        call["positions"] = pos
+    committed = sorted(set(prompt) | set(result.token_ids) | {t["tokens"][0] for t in trees})
+    for t in trees:  # fingerprints of rows whose token the replay's sparse table lacks cannot be compared
+        call = calls[t["call"]]
+        call["check_rows"] = [tok == SLOT or tok in committed for tok in t["tokens"]]
+    table = np.asarray(engine.embeddings[np.array(committed)], dtype="<f4")
+    log.info("%s: %d new tokens, %d calls, tau %.2f", name, len(result.token_ids), len(calls),
+             result.stats.tokens_per_call)
+    return {"name": name, "drafter": drafter_key, "options": options, "prompt": PROMPT, "prompt_ids": prompt,
+            "max_new_tokens": max_new, "top_k": TOP_K, "token_ids": result.token_ids,
+            "finish_reason": result.stats.finish_reason, "decode_calls": result.stats.decode_calls,
+            "accepted_per_call": {str(k): v for k, v in sorted(result.stats.accepted_histogram.items())},
+            "calls": calls, "commits": commits, "trees": trees,
+            "embedding_ids": committed, "embedding_rows": base64.b64encode(table.tobytes()).decode()}
+
+
+def write_all(bundle: str) -> None:
+    engine = Engine.load(Path(bundle), threads=2)
+    manifest = engine.manifest
+    data = __import__("json").loads(manifest.to_json())
+    for g in data["graphs"]:  # the per-layer I/O shapes are checked by the Python loader; the app needs none
+        g["inputs"], g["outputs"] = {}, {}
+    data["tokenizer"]["chat_template"] = manifest.tokenizer.chat_template
+    write("manifest_smollm2.json", data)
+    for name, key, options, max_new in RECORDINGS + drafter_recordings():
+        write(f"decode_{name}.json", record(engine, name, key, options, max_new))
