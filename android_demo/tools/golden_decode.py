@@ -98,15 +98,13 @@ def record(engine: Engine, name: str, drafter_key: str | None, options: dict, ma
     for t in trees:  # fingerprints of rows whose token the replay's sparse table lacks cannot be compared
         call = calls[t["call"]]
         call["check_rows"] = [tok == SLOT or tok in committed for tok in t["tokens"]]
-    table = np.asarray(engine.embeddings[np.array(committed)], dtype="<f4")
     log.info("%s: %d new tokens, %d calls, tau %.2f", name, len(result.token_ids), len(calls),
              result.stats.tokens_per_call)
     return {"name": name, "drafter": drafter_key, "options": options, "prompt": PROMPT, "prompt_ids": prompt,
             "max_new_tokens": max_new, "top_k": TOP_K, "token_ids": result.token_ids,
             "finish_reason": result.stats.finish_reason, "decode_calls": result.stats.decode_calls,
             "accepted_per_call": {str(k): v for k, v in sorted(result.stats.accepted_histogram.items())},
-            "calls": calls, "commits": commits, "trees": trees,
-            "embedding_ids": committed, "embedding_rows": base64.b64encode(table.tobytes()).decode()}
+            "calls": calls, "commits": commits, "trees": trees, "embedding_ids": committed}
 
 
 def write_all(bundle: str) -> None:
@@ -117,5 +115,14 @@ def write_all(bundle: str) -> None:
         g["inputs"], g["outputs"] = {}, {}
     data["tokenizer"]["chat_template"] = manifest.tokenizer.chat_template
     write("manifest_smollm2.json", data)
+    needed: set[int] = set()
     for name, key, options, max_new in RECORDINGS + drafter_recordings():
-        write(f"decode_{name}.json", record(engine, name, key, options, max_new))
+        recording = record(engine, name, key, options, max_new)
+        needed |= set(recording["embedding_ids"])
+        write(f"decode_{name}.json", recording)
+    # one sparse table for all recordings: the rows of prompt and committed tokens (base64 float32), and the mean
+    # row of the full table (ESP's "mean" mask init)
+    ids = sorted(needed)
+    rows = np.asarray(engine.embeddings[np.array(ids)], dtype="<f4")
+    write("embeddings_smollm2.json", {"ids": ids, "rows": base64.b64encode(rows.tobytes()).decode(),
+                                      "mean": np.asarray(engine.embeddings, dtype=np.float64).mean(axis=0).tolist()})

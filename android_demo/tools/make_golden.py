@@ -32,7 +32,7 @@ from mtpedge.runtime.verify import accepted_tokens, verify_tree
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import golden_decode  # noqa: E402  (the real-model recording, kept in its own module)
 import golden_tokenizer  # noqa: E402
-from golden_common import GOLDEN, f32, recorded_positions, write, zero_runs  # noqa: E402
+from golden_common import f32, log, recorded_positions, write, zero_runs  # noqa: E402
 
 
 
@@ -169,6 +169,14 @@ def sampling_cases(rng: np.random.Generator) -> dict:
     return {"cases": cases}
 
 
+def drafters_available() -> bool:
+    try:
+        import mtpedge.runtime.tree_build  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--decode", action="store_true", help="also record real-model decodes (needs the bundle)")
@@ -181,6 +189,11 @@ def main() -> None:
     write("verify.json", verify_cases(rng))
     write("sampling.json", sampling_cases(rng))
     golden_tokenizer.write_all(args.bundle)
+    if drafters_available():
+        import golden_drafters
+        golden_drafters.write_all()
+    else:
+        log.warning("this mtpedge has no drafters (runtime/tree_build.py): drafter golden cases not written")
     if args.decode:
         golden_decode.write_all(args.bundle)
 

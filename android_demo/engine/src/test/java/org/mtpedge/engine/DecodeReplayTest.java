@@ -67,7 +67,7 @@ public class DecodeReplayTest {
         Manifest manifest = Manifest.parse(Golden.text("manifest_smollm2.json"));
         DecoderConfig cfg = manifest.config;
         ReplayRunner runner = new ReplayRunner(recording, cfg.vocabSize);
-        Engine engine = new Engine(manifest, ReplayRunner.sparseEmbeddings(recording, cfg.vocabSize, cfg.hiddenSize),
+        Engine engine = new Engine(manifest, ReplayRunner.sparseEmbeddings(cfg.vocabSize, cfg.hiddenSize),
                 runner);
         Drafter drafter = makeDrafter.apply(engine);
         Spy spy = drafter == null ? null : new Spy(drafter);

@@ -164,10 +164,12 @@ final class ReplayRunner implements GraphRunner {
     public void close() {
     }
 
-    /** The recorded embedding rows (prompt and committed tokens); other rows read as zeros. */
-    static Embeddings sparseEmbeddings(Map<String, Object> recording, int rows, int dim) {
-        int[] ids = Golden.ints(recording, "embedding_ids");
-        byte[] raw = Base64.getDecoder().decode(JsonValues.stringField(recording, "embedding_rows", "recording"));
+    /** The recorded embedding rows (prompt and committed tokens) and mean row; other rows read as zeros. */
+    static Embeddings sparseEmbeddings(int rows, int dim) {
+        Map<String, Object> recording = Golden.load("embeddings_smollm2.json");
+        int[] ids = Golden.ints(recording, "ids");
+        double[] mean = Golden.doubles(recording, "mean");
+        byte[] raw = Base64.getDecoder().decode(JsonValues.stringField(recording, "rows", "embeddings"));
         FloatBuffer floats = java.nio.ByteBuffer.wrap(raw).order(java.nio.ByteOrder.LITTLE_ENDIAN).asFloatBuffer();
         Map<Integer, float[]> table = new HashMap<>();
         for (int id : ids) {
@@ -184,6 +186,11 @@ final class ReplayRunner implements GraphRunner {
             @Override
             public int dim() {
                 return dim;
+            }
+
+            @Override
+            public double[] columnMean() {
+                return mean.clone();
             }
 
             @Override
