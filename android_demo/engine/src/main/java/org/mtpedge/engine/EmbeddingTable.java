@@ -21,6 +21,7 @@ public final class EmbeddingTable implements Embeddings {
     public final int rows;
     public final int dim;
     private final FloatBuffer data;
+    private double[] columnMean;
 
     public EmbeddingTable(int rows, int dim, FloatBuffer data) {
         if (data.capacity() != (long) rows * dim) {
@@ -80,6 +81,15 @@ public final class EmbeddingTable implements Embeddings {
     @Override
     public int dim() {
         return dim;
+    }
+
+    /** Computed once per table (a full pass over it) and kept: drafters are made per reply. */
+    @Override
+    public synchronized double[] columnMean() {
+        if (columnMean == null) {
+            columnMean = Embeddings.super.columnMean();
+        }
+        return columnMean.clone();
     }
 
     @Override
