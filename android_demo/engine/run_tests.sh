@@ -1,13 +1,36 @@
 #!/usr/bin/env bash
 # Compile the engine and its golden-vector tests with plain javac (JDK 17; no Gradle, Maven or Android SDK
 # needed) and run them. The last line is "N passed, M failed, K skipped"; the exit status is non-zero on failure.
-# Arguments are passed to the runner: substrings of test names to run only those.
+#
+#   run_tests.sh                 replay the committed golden vectors (src/test/resources/golden)
+#   run_tests.sh --fresh         first regenerate them from the installed Python runtime (android_demo/tools/
+#                                make_golden.py, into a temporary folder), so that a change of behaviour in the
+#                                Python tree, verifier, drafters, ... fails here until the Java port follows;
+#                                the real-model decodes are re-recorded too where the SmolLM2 bundle exists
+#                                (MTPEDGE_BUNDLE or the default cache path), else the committed ones are used
+#   run_tests.sh [--fresh] NAME  only tests whose name contains NAME
+#
+# PYTHON (default python3) must import mtpedge for --fresh.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
+resources="$here/src/test/resources"
+if [ "${1:-}" = "--fresh" ]; then
+    shift
+    mkdir -p "$out/resources"
+    cp -r "$resources/golden" "$out/resources/golden"
+    bundle="${MTPEDGE_BUNDLE:-$HOME/.cache/mtpedge/bundles/SmolLM2-135M-Instruct-cl1024}"
+    decode=()
+    if [ -f "$bundle/manifest.json" ]; then decode=(--decode --bundle "$bundle"); fi
+    echo "regenerating the golden vectors from $(${PYTHON:-python3} -c 'import mtpedge, os; print(os.path.dirname(mtpedge.__file__))') ${decode[*]}"
+    "${PYTHON:-python3}" "$here/../tools/make_golden.py" --out "$out/resources/golden" "${decode[@]}" 2>&1 \
+        | grep -v '^loaded ' || true
+    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "make_golden.py failed"; exit 1; }
+    resources="$out/resources"
+fi
 javac -encoding UTF-8 --release 17 -Xlint:all,-serial,-cast -Werror -d "$out/main" \
     $(find "$here/src/main/java" -name '*.java')
 javac -encoding UTF-8 --release 17 -Xlint:all,-serial,-cast -Werror -cp "$out/main" -d "$out/test" \
     $(find "$here/src/test/java" -name '*.java')
-java -Xss4m -cp "$out/main:$out/test:$here/src/test/resources" org.mtpedge.engine.TestRunner "$@"
+java -Xss4m -cp "$out/main:$out/test:$resources" org.mtpedge.engine.TestRunner "$@"

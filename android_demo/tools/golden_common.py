@@ -7,12 +7,20 @@ import json
 import logging
 from pathlib import Path
 
+import mtpedge.runtime.engine as engine_module
 import numpy as np
 
-import mtpedge.runtime.engine as engine_module
-
-GOLDEN = Path(__file__).resolve().parents[1] / "engine" / "src" / "test" / "resources" / "golden"
+COMMITTED = Path(__file__).resolve().parents[1] / "engine" / "src" / "test" / "resources" / "golden"
 log = logging.getLogger("make_golden")
+_output = {"folder": COMMITTED}  # where write() puts files; make_golden --out changes it
+
+
+def set_output(folder: Path) -> None:
+    _output["folder"] = Path(folder)
+
+
+def output() -> Path:
+    return _output["folder"]
 
 
 def f32(values: np.ndarray) -> list:
@@ -28,8 +36,8 @@ def zero_runs(row: np.ndarray) -> list[list[int]]:
 
 
 def write(name: str, data: dict) -> None:
-    GOLDEN.mkdir(parents=True, exist_ok=True)
-    path = GOLDEN / name
+    path = output() / name
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, separators=(",", ":"), ensure_ascii=False) + "\n")
     tmp.replace(path)

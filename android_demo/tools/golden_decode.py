@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import logging
 from pathlib import Path
 
-import numpy as np
-from golden_common import f32, recorded_positions, write, zero_runs
-
 import mtpedge.runtime.generate as generate_module
+import numpy as np
+from golden_common import f32, output, recorded_positions, write, zero_runs
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import generate
 from mtpedge.runtime.tree import SLOT
@@ -33,7 +33,8 @@ RECORDINGS = [("plain", None, {}, 24)]
 def drafter_recordings() -> list:
     """(name, drafter registry name, options, new tokens) for every drafter this runtime has."""
     from mtpedge.runtime.drafters import DRAFTERS
-    wanted = [("esp_static", "esp", {"masks": 1, "tree": "static"}), ("esp_dynamic", "esp", {"masks": 2, "tree": "dynamic"}),
+    wanted = [("esp_static", "esp", {"masks": 1, "tree": "static"}),
+              ("esp_dynamic", "esp", {"masks": 2, "tree": "dynamic"}),
               ("lookup", "lookup", {}), ("hybrid", "hybrid", {})]
     return [(name, key, options, 40) for name, key, options in wanted if key in DRAFTERS]
 
@@ -110,7 +111,7 @@ def record(engine: Engine, name: str, drafter_key: str | None, options: dict, ma
 def write_all(bundle: str) -> None:
     engine = Engine.load(Path(bundle), threads=2)
     manifest = engine.manifest
-    data = __import__("json").loads(manifest.to_json())
+    data = json.loads(manifest.to_json())
     for g in data["graphs"]:  # the per-layer I/O shapes are checked by the Python loader; the app needs none
         g["inputs"], g["outputs"] = {}, {}
     data["tokenizer"]["chat_template"] = manifest.tokenizer.chat_template
@@ -120,8 +121,11 @@ def write_all(bundle: str) -> None:
         recording = record(engine, name, key, options, max_new)
         needed |= set(recording["embedding_ids"])
         write(f"decode_{name}.json", recording)
-    # one sparse table for all recordings: the rows of prompt and committed tokens (base64 float32), and the mean
-    # row of the full table (ESP's "mean" mask init)
+    # one sparse table for all recordings, including those kept from an earlier run (e.g. of drafters this
+    # runtime lacks): the rows of prompt and committed tokens (base64 float32), and the mean row of the full table
+    # (ESP's "mean" mask init)
+    for kept in output().glob("decode_*.json"):
+        needed |= set(json.loads(kept.read_text())["embedding_ids"])
     ids = sorted(needed)
     rows = np.asarray(engine.embeddings[np.array(ids)], dtype="<f4")
     write("embeddings_smollm2.json", {"ids": ids, "rows": base64.b64encode(rows.tobytes()).decode(),

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 from golden_common import f32, write
-
 from mtpedge.runtime.acceptance import DepthRates
 from mtpedge.runtime.mask_embeddings import MaskConfig, MaskEmbeddings
 from mtpedge.runtime.ngram import ngram_continuations
@@ -80,7 +79,8 @@ def tree_cases(rng: np.random.Generator) -> dict:
         tree = attach_mask_slots(tokens, parents, k)
         slots.append({"tokens": tokens.tolist(), "parents": parents.tolist(), "k": k,
                       "tree_tokens": tree.tokens.tolist(), "tree_parents": tree.parents.tolist()})
-    widths = [{"nodes": n, "k": k, "widths": list(default_static_widths(n, k))} for n in range(0, 22) for k in (1, 2, 3)]
+    widths = [{"nodes": n, "k": k, "widths": list(default_static_widths(n, k))}
+              for n in range(0, 22) for k in (1, 2, 3)]
     return {"top_tokens": top, "static_tree": static, "pools": pools, "select_tree": selects, "mask_slots": slots,
             "default_widths": widths}
 

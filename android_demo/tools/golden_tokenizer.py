@@ -7,11 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from golden_common import GOLDEN, write
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-
+from golden_common import output, write
 from mtpedge.runtime.bundle import TokenizerInfo, read_manifest
 from mtpedge.runtime.tokenizer import StreamDecoder, TextTokenizer
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 QWEN_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|"
               r"\s+(?!\S)|\s+")
@@ -101,7 +100,7 @@ QWEN_LIKE_TEMPLATE = (
 def write_all(bundle: str) -> None:
     for style in ("gpt2", "qwen"):
         tok = train(style)
-        folder = GOLDEN / f"tokenizer_{style}"
+        folder = output() / f"tokenizer_{style}"
         folder.mkdir(parents=True, exist_ok=True)
         tok.save(str(folder / "tokenizer.json"))
         write(f"tokenizer_{style}/cases.json", {"encode": encode_cases(tok), "stream": stream_case(folder, tok)})
@@ -112,8 +111,8 @@ def write_all(bundle: str) -> None:
         templates["smollm2"] = manifest.tokenizer.chat_template
         real = Tokenizer.from_file(str(bundle_path / manifest.tokenizer.file))
         write("tokenizer_smollm2_cases.json", {"encode": encode_cases(real)})
-    elif (GOLDEN / "chat.json").is_file():  # keep the recorded real template cases
-        templates["smollm2"] = next(c["template"] for c in json.loads((GOLDEN / "chat.json").read_text())["templates"]
+    elif (output() / "chat.json").is_file():  # keep the recorded real template cases
+        templates["smollm2"] = next(c["template"] for c in json.loads((output() / "chat.json").read_text())["templates"]
                                     if c["name"] == "smollm2")
-    folder = GOLDEN / "tokenizer_gpt2"
+    folder = output() / "tokenizer_gpt2"
     write("chat.json", {"templates": [chat_cases(t, n, folder) for n, t in templates.items()]})

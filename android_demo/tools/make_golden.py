@@ -2,6 +2,7 @@
 
     python android_demo/tools/make_golden.py                 # all cases but the real-model decode
     python android_demo/tools/make_golden.py --decode        # also record SmolLM2 decodes (~1 min)
+    python android_demo/tools/make_golden.py --out DIR       # elsewhere (run_tests.sh --fresh does this)
 
 Every case is computed by running the Python runtime's own code (tree_layout, Engine.run_block's input
 building, verify_tree, KVCache.commit_accepted_kv, probabilities, the tokenizers library, the chat template,
@@ -18,7 +19,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
-
 from mtpedge.runtime.bundle import GraphEntry
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.graphs import GraphOutput, GraphSet
@@ -32,8 +32,7 @@ from mtpedge.runtime.verify import accepted_tokens, verify_tree
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import golden_decode  # noqa: E402  (the real-model recording, kept in its own module)
 import golden_tokenizer  # noqa: E402
-from golden_common import f32, log, recorded_positions, write, zero_runs  # noqa: E402
-
+from golden_common import f32, log, recorded_positions, set_output, write, zero_runs  # noqa: E402
 
 
 def random_parents(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -180,9 +179,12 @@ def drafters_available() -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--decode", action="store_true", help="also record real-model decodes (needs the bundle)")
+    parser.add_argument("--out", help="folder to write to (default: the committed golden folder of the engine tests)")
     parser.add_argument("--bundle", default=str(Path.home() / ".cache/mtpedge/bundles/SmolLM2-135M-Instruct-cl1024"))
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.out:
+        set_output(Path(args.out))
     rng = np.random.default_rng(20261129)
     write("layout.json", layout_cases(rng))
     write("rope.json", rope_cases())
