@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 from pathlib import Path
 
-import mtpedge.runtime.engine as engine_module
 import numpy as np
+from mtpedge.runtime.rope import rope_tables
 
 COMMITTED = Path(__file__).resolve().parents[1] / "engine" / "src" / "test" / "resources" / "golden"
 log = logging.getLogger("make_golden")
@@ -44,18 +43,18 @@ def write(name: str, data: dict) -> None:
     log.info("wrote %s (%d KB)", path.name, path.stat().st_size // 1024)
 
 
-@contextlib.contextmanager
-def recorded_positions():
-    """Record the position ids Engine.run_block computes (it passes them to rope_tables)."""
-    seen: list[list[int]] = []
-    original = engine_module.rope_tables
+class RopePositions:
+    """Recovers the position ids of a graph call from its rope_cos / rope_sin feeds (each row is exactly the
+    rope_tables row of one integer position), so the recording does not depend on how the engine builds them."""
 
-    def spy(positions, inv_freq):
-        seen.append(np.asarray(positions).tolist())
-        return original(positions, inv_freq)
+    def __init__(self, inv_freq: np.ndarray, limit: int) -> None:
+        cos, sin = rope_tables(np.arange(limit), inv_freq)
+        self.index = {cos[0, 0, p].tobytes() + sin[0, 0, p].tobytes(): p for p in range(limit)}
 
-    engine_module.rope_tables = spy
-    try:
-        yield seen
-    finally:
-        engine_module.rope_tables = original
+    def __call__(self, feeds: dict) -> list[int]:
+        cos, sin = feeds["rope_cos"][0, 0], feeds["rope_sin"][0, 0]
+        keys = [cos[i].tobytes() + sin[i].tobytes() for i in range(cos.shape[0])]
+        missing = [i for i, key in enumerate(keys) if key not in self.index]
+        if missing:
+            raise ValueError(f"rope rows {missing} are not the tables of any position: the engine's RoPE changed")
+        return [self.index[key] for key in keys]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import mtpedge.runtime.generate as generate_module
 import numpy as np
-from golden_common import f32, output, recorded_positions, write, zero_runs
+from golden_common import RopePositions, f32, output, write, zero_runs
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import generate
 from mtpedge.runtime.tree import SLOT
@@ -52,6 +52,7 @@ def top_rows(logits: np.ndarray) -> dict:
 def recording(engine: Engine, drafter):
     """Spy on graph calls, commits, trees and verification while `generate` runs."""
     calls, commits, trees = [], [], []
+    positions_of = RopePositions(engine.inv_freq, engine.context + engine.graphs.max_width)
     original_run = engine.graphs.run
     original_commit = engine.cache.commit_accepted_kv
     original_verify = generate_module.verify_tree
@@ -60,6 +61,7 @@ def recording(engine: Engine, drafter):
         out = original_run(entry, feeds, n_real)
         embeds = feeds["inputs_embeds"][0, :n_real].astype(np.float64)
         calls.append({"width": entry.width, "n_real": n_real, "n_past": engine.cache.n_past,
+                      "positions": positions_of(feeds),
                       "bias_zero_runs": [zero_runs(r) for r in feeds["attention_bias"][0, 0]],
                       "embed_sums": embeds.sum(axis=1).tolist(), "embed_sumsq": (embeds ** 2).sum(axis=1).tolist(),
                       "logits": top_rows(out.logits)})
@@ -79,8 +81,7 @@ def recording(engine: Engine, drafter):
     engine.cache.commit_accepted_kv = commit
     generate_module.verify_tree = verify
     try:
-        with recorded_positions() as positions:
-            yield calls, commits, trees, positions
+        yield calls, commits, trees
     finally:
         del engine.graphs.run
         del engine.cache.commit_accepted_kv
@@ -91,10 +92,8 @@ def record(engine: Engine, name: str, drafter_key: str | None, options: dict, ma
     from mtpedge.runtime.drafters import make_drafter
     prompt = engine.tokenizer.encode_chat([{"role": "user", "content": PROMPT}])
     drafter = make_drafter(drafter_key, engine, **options) if drafter_key else None
-    with recording(engine, drafter) as (calls, commits, trees, positions):
+    with recording(engine, drafter) as (calls, commits, trees):
         result = generate(engine, prompt, max_new_tokens=max_new, drafter=drafter)
-    for call, pos in zip(calls, positions, strict=True):
-        call["positions"] = pos
     committed = sorted(set(prompt) | set(result.token_ids) | {t["tokens"][0] for t in trees})
     for t in trees:  # fingerprints of rows whose token the replay's sparse table lacks cannot be compared
         call = calls[t["call"]]

@@ -14,80 +14,96 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 import sys
+import tempfile
 from pathlib import Path
-from types import SimpleNamespace
 
+import mtpedge.runtime.engine as engine_module
 import numpy as np
-from mtpedge.runtime.bundle import GraphEntry
+from mtpedge.runtime.bundle import GraphEntry, Manifest, TokenizerInfo
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.graphs import GraphOutput, GraphSet
 from mtpedge.runtime.kv_cache import KVCache
-from mtpedge.runtime.model_config import RopeConfig
+from mtpedge.runtime.model_config import DecoderConfig, RopeConfig
 from mtpedge.runtime.rope import inverse_frequencies, rope_tables
 from mtpedge.runtime.sampling import SamplingConfig, probabilities
 from mtpedge.runtime.tree import SLOT, DraftTree, tree_layout
 from mtpedge.runtime.verify import accepted_tokens, verify_tree
+from tokenizers import Tokenizer, models
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import golden_decode  # noqa: E402  (the real-model recording, kept in its own module)
 import golden_tokenizer  # noqa: E402
-from golden_common import f32, log, recorded_positions, set_output, write, zero_runs  # noqa: E402
+from golden_common import RopePositions, f32, log, set_output, write, zero_runs  # noqa: E402
 
 
 def random_parents(rng: np.random.Generator, n: int) -> np.ndarray:
     return np.array([-1] + [int(rng.integers(0, i)) for i in range(1, n)], dtype=np.int64)
 
 
-def capture_engine(widths: list[int], context: int, hidden: int, rope: RopeConfig, head_dim: int,
-                   mask_value: float) -> tuple[Engine, list[dict]]:
-    """A real Engine whose graph calls are captured instead of run: pins run_block's input building."""
-    entries = [GraphEntry(f"g{w}", f"g{w}.onnx", "decode", w, context) for w in widths]
-    graphs = GraphSet(Path("."), SimpleNamespace(graphs=entries, config=SimpleNamespace(num_layers=1)))
+def capture_engine(widths: list[int], context: int, mask_value: float) -> tuple[Engine, list[dict]]:
+    """A real Engine (built by its own constructor) over a throw-away bundle folder, whose graph calls are
+    captured instead of run: pins the engine's input building, whatever caching it does inside."""
+    folder = Path(tempfile.mkdtemp(prefix="mtpedge-golden-"))
+    hidden, vocab = 3, 8
+    Tokenizer(models.BPE(vocab={"a": 0}, merges=[])).save(str(folder / "tokenizer.json"))
+    np.save(folder / "embeddings.npy", np.zeros((vocab, hidden), dtype=np.float32))
+    config = DecoderConfig(architecture="llama", vocab_size=vocab, hidden_size=hidden, intermediate_size=4,
+                           num_layers=1, num_heads=1, num_kv_heads=1, head_dim=8)
+    manifest = Manifest(model_name="capture", config=config, context=context,
+                        tokenizer=TokenizerInfo(file="tokenizer.json", bos_token_id=None, eos_token_ids=[0],
+                                                chat_template=None),
+                        embeddings_file="embeddings.npy",
+                        graphs=[GraphEntry(f"decode_ar{w}", f"g{w}.onnx", "decode", w, context) for w in widths],
+                        mask_value=mask_value, source_sha256="", producer={})
     captured: list[dict] = []
 
-    def run(entry, feeds, n_real):
-        captured.append({"entry": entry, "feeds": feeds, "n_real": n_real})
-        w = entry.width
-        return GraphOutput(np.zeros((n_real, 4), np.float32), [np.zeros((1, 1, w, head_dim), np.float32)],
-                           [np.zeros((1, 1, w, head_dim), np.float32)], 0.0)
+    class CapturingGraphs(GraphSet):
+        def load_all(self) -> None:  # no sessions: nothing is run
+            pass
 
-    graphs.run = run
-    engine = Engine.__new__(Engine)
-    engine.graphs = graphs
-    engine.context = context
-    engine.mask_value = np.float32(mask_value)
-    engine.config = SimpleNamespace(hidden_size=hidden)
-    engine.inv_freq = inverse_frequencies(rope, head_dim)
-    engine.cache = KVCache(1, 1, context, head_dim)
-    engine.graph_calls = 0
-    engine.graph_seconds = 0.0
+        def run(self, entry, feeds, n_real):
+            captured.append({"entry": entry, "feeds": {k: np.array(v) for k, v in feeds.items()}, "n_real": n_real})
+            w = entry.width
+            kv = [np.zeros((1, 1, w, config.head_dim), np.float32)]
+            return GraphOutput(np.zeros((n_real, vocab), np.float32), kv, kv, 0.0)
+
+    original = engine_module.GraphSet
+    engine_module.GraphSet = CapturingGraphs
+    try:
+        engine = Engine(folder, manifest)
+    finally:
+        engine_module.GraphSet = original
+        shutil.rmtree(folder)
     return engine, captured
 
 
 def layout_cases(rng: np.random.Generator) -> dict:
-    """Trees -> visible rows, depths, paths; and the block inputs (positions, attention bias) of one call."""
+    """Trees -> visible rows, depths, paths; and the block inputs (positions, attention bias) of one call.
+
+    One engine runs all cases in turn, every tree at two n_past values, so that an engine reusing buffers or
+    layouts between calls is pinned as well."""
     trees = [[-1], [-1, 0, 1, 2], [-1, 0, 0, 1], [-1, 0, 0, 0, 1, 1, 4, 2]]
     trees += [random_parents(rng, int(n)).tolist() for n in rng.integers(2, 16, size=12)]
-    cases = []
     context, widths, mask_value = 40, [1, 4, 8, 16], -1e9
-    for parents in trees:
+    engine, captured = capture_engine(widths, context, mask_value)
+    positions_of = RopePositions(engine.inv_freq, context + max(widths))
+    cases = []
+    for parents in trees * 2:
         layout = tree_layout(np.array(parents))
-        n_past = int(rng.integers(0, context - 16))
-        engine, captured = capture_engine(widths, context, 3, RopeConfig(), 8, mask_value)
-        engine.cache.n_past = n_past
-        with recorded_positions() as positions:
-            engine.run_block(np.zeros((len(parents), 3), np.float32), np.array(parents))
-        feeds, entry = captured[0]["feeds"], captured[0]["entry"]
-        bias = feeds["attention_bias"][0, 0]
+        engine.cache.n_past = int(rng.integers(0, context - 16))
+        engine.run_block(np.zeros((len(parents), 3), np.float32), np.array(parents))
+        call = captured[-1]
+        bias = call["feeds"]["attention_bias"][0, 0]
         cases.append({
             "parents": parents,
             "visible": layout.visible.astype(int).tolist(),
             "depth": layout.depth.tolist(),
             "paths": [list(p) for p in layout.paths],
-            "n_past": n_past, "context": context, "widths": widths, "mask_value": mask_value,
-            "width": entry.width,
-            "positions": positions[0],
+            "n_past": engine.cache.n_past, "context": context, "widths": widths, "mask_value": mask_value,
+            "width": call["entry"].width,
+            "positions": positions_of(call["feeds"]),
             "bias_zero_runs": [zero_runs(r) for r in bias],
             "bias_values": sorted({float(v) for v in np.unique(bias)}),
         })
