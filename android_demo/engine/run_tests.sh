@@ -7,7 +7,8 @@
 #                                make_golden.py, into a temporary folder), so that a change of behaviour in the
 #                                Python tree, verifier, drafters, ... fails here until the Java port follows;
 #                                the real-model decodes are re-recorded too where the SmolLM2 bundle exists
-#                                (MTPEDGE_BUNDLE or the default cache path), else the committed ones are used
+#                                (MTPEDGE_BUNDLE, else mtpedge's default cache folder, which honours
+#                                MTPEDGE_CACHE), else the committed ones are used
 #   run_tests.sh [--fresh] NAME  only tests whose name contains NAME
 #
 # PYTHON (default python3) must import mtpedge for --fresh.
@@ -20,11 +21,12 @@ if [ "${1:-}" = "--fresh" ]; then
     shift
     mkdir -p "$out/resources"
     cp -r "$resources/golden" "$out/resources/golden"
-    bundle="${MTPEDGE_BUNDLE:-$HOME/.cache/mtpedge/bundles/SmolLM2-135M-Instruct-cl1024}"
+    python="${PYTHON:-python3}"
+    bundle="${MTPEDGE_BUNDLE:-$("$python" -c 'from mtpedge.bundles import default_bundle_dir; print(default_bundle_dir(None, 1024))')}"
     decode=()
     if [ -f "$bundle/manifest.json" ]; then decode=(--decode --bundle "$bundle"); fi
-    echo "regenerating the golden vectors from $(${PYTHON:-python3} -c 'import mtpedge, os; print(os.path.dirname(mtpedge.__file__))') ${decode[*]}"
-    "${PYTHON:-python3}" "$here/../tools/make_golden.py" --out "$out/resources/golden" "${decode[@]}" 2>&1 \
+    echo "regenerating the golden vectors from $("$python" -c 'import mtpedge, os; print(os.path.dirname(mtpedge.__file__))') ${decode[*]}"
+    "$python" "$here/../tools/make_golden.py" --out "$out/resources/golden" "${decode[@]}" 2>&1 \
         | grep -v '^loaded ' || true
     [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "make_golden.py failed"; exit 1; }
     resources="$out/resources"

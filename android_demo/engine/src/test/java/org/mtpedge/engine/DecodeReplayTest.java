@@ -15,11 +15,12 @@ import org.mtpedge.engine.json.JsonValues;
  * same trees, same accepted paths, same tokens.
  */
 public class DecodeReplayTest {
-    /** The exported SmolLM2 bundle, where this machine has one (MTPEDGE_BUNDLE or the default cache path). */
+    /** The exported SmolLM2 bundle, where this machine has one: MTPEDGE_BUNDLE, else mtpedge's cache folder. */
     static Path realBundle() {
         String env = System.getenv("MTPEDGE_BUNDLE");
-        Path path = env != null ? Path.of(env)
-                : Path.of(System.getProperty("user.home"), ".cache/mtpedge/bundles/SmolLM2-135M-Instruct-cl1024");
+        String cache = System.getenv("MTPEDGE_CACHE");
+        Path root = cache != null ? Path.of(cache) : Path.of(System.getProperty("user.home"), ".cache", "mtpedge");
+        Path path = env != null ? Path.of(env) : root.resolve("bundles").resolve("SmolLM2-135M-Instruct-cl1024");
         return Files.isRegularFile(path.resolve("manifest.json")) ? path : null;
     }
 
