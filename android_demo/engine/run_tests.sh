@@ -6,9 +6,10 @@
 #   run_tests.sh --fresh         first regenerate them from the installed Python runtime (android_demo/tools/
 #                                make_golden.py, into a temporary folder), so that a change of behaviour in the
 #                                Python tree, verifier, drafters, ... fails here until the Java port follows;
-#                                the real-model decodes are re-recorded too where the SmolLM2 bundle exists
-#                                (MTPEDGE_BUNDLE, else mtpedge's default cache folder, which honours
-#                                MTPEDGE_CACHE), else the committed ones are used
+#                                the decodes are re-recorded too: a tiny random model's (exported on the fly,
+#                                needs torch) and SmolLM2's where its bundle exists (MTPEDGE_BUNDLE, else
+#                                mtpedge's default cache folder, which honours MTPEDGE_CACHE); a decode that
+#                                cannot be re-recorded is replayed from the committed file
 #   run_tests.sh [--fresh] NAME  only tests whose name contains NAME
 #
 # PYTHON (default python3) must import mtpedge for --fresh.
@@ -23,8 +24,7 @@ if [ "${1:-}" = "--fresh" ]; then
     cp -r "$resources/golden" "$out/resources/golden"
     python="${PYTHON:-python3}"
     bundle="${MTPEDGE_BUNDLE:-$("$python" -c 'from mtpedge.bundles import default_bundle_dir; print(default_bundle_dir(None, 1024))')}"
-    decode=()
-    if [ -f "$bundle/manifest.json" ]; then decode=(--decode --bundle "$bundle"); fi
+    decode=(--decode --bundle "$bundle")
     echo "regenerating the golden vectors from $("$python" -c 'import mtpedge, os; print(os.path.dirname(mtpedge.__file__))') ${decode[*]}"
     "$python" "$here/../tools/make_golden.py" --out "$out/resources/golden" "${decode[@]}" 2>&1 \
         | grep -v '^loaded ' || true

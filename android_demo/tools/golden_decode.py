@@ -12,6 +12,7 @@ import base64
 import contextlib
 import json
 import logging
+import tempfile
 from pathlib import Path
 
 import mtpedge.runtime.generate as generate_module
@@ -28,6 +29,12 @@ PROMPT = ("Here is a list of the planets of the solar system, from the Sun outwa
           "Jupiter, Saturn, Uranus, Neptune. Write the same list again, separated by commas, and then say which "
           "planet is the largest.")
 RECORDINGS = [("plain", None, {}, 24)]
+# a random tiny model (seeded) in a 64-position context: its greedy text repeats, so lookup and hybrid trees are
+# accepted deep, and the runs end at the context limit (on_overflow="stop"), where a block reaches past the end of
+# the context and the accepted path is cut to the free positions
+TINY_PROMPT = "Questions? Answers! Lists: one, two, three."
+TINY_RECORDINGS = [("tiny_plain", None, {}, 200), ("tiny_lookup", "lookup", {}, 200),
+                   ("tiny_hybrid", "hybrid", {"masks": 2}, 200), ("tiny_esp", "esp", {"masks": 1}, 200)]
 
 
 def drafter_recordings() -> list:
@@ -88,44 +95,84 @@ def recording(engine: Engine, drafter):
         generate_module.verify_tree = original_verify
 
 
-def record(engine: Engine, name: str, drafter_key: str | None, options: dict, max_new: int) -> dict:
+def record(engine: Engine, name: str, drafter_key: str | None, options: dict, max_new: int, model: str = "smollm2",
+           text: str = PROMPT, on_overflow: str = "error") -> dict:
     from mtpedge.runtime.drafters import make_drafter
-    prompt = engine.tokenizer.encode_chat([{"role": "user", "content": PROMPT}])
+    prompt = engine.tokenizer.encode_chat([{"role": "user", "content": text}])
     drafter = make_drafter(drafter_key, engine, **options) if drafter_key else None
     with recording(engine, drafter) as (calls, commits, trees):
-        result = generate(engine, prompt, max_new_tokens=max_new, drafter=drafter)
+        result = generate(engine, prompt, max_new_tokens=max_new, drafter=drafter, on_overflow=on_overflow)
     committed = sorted(set(prompt) | set(result.token_ids) | {t["tokens"][0] for t in trees})
     for t in trees:  # fingerprints of rows whose token the replay's sparse table lacks cannot be compared
         call = calls[t["call"]]
         call["check_rows"] = [tok == SLOT or tok in committed for tok in t["tokens"]]
     log.info("%s: %d new tokens, %d calls, tau %.2f", name, len(result.token_ids), len(calls),
              result.stats.tokens_per_call)
-    return {"name": name, "drafter": drafter_key, "options": options, "prompt": PROMPT, "prompt_ids": prompt,
+    return {"name": name, "model": model, "on_overflow": on_overflow, "drafter": drafter_key, "options": options,
+            "prompt": text, "prompt_ids": prompt,
             "max_new_tokens": max_new, "top_k": TOP_K, "token_ids": result.token_ids,
             "finish_reason": result.stats.finish_reason, "decode_calls": result.stats.decode_calls,
             "accepted_per_call": {str(k): v for k, v in sorted(result.stats.accepted_histogram.items())},
             "calls": calls, "commits": commits, "trees": trees, "embedding_ids": committed}
 
 
-def write_all(bundle: str) -> None:
-    engine = Engine.load(Path(bundle), threads=2)
-    manifest = engine.manifest
-    data = json.loads(manifest.to_json())
+def write_model(engine: Engine, model: str, recordings: list, sparse: bool, **record_options) -> list[str]:
+    """The manifest, the recordings and the embedding rows they need (all rows of a tiny table)."""
+    data = json.loads(engine.manifest.to_json())
     for g in data["graphs"]:  # the per-layer I/O shapes are checked by the Python loader; the app needs none
         g["inputs"], g["outputs"] = {}, {}
-    data["tokenizer"]["chat_template"] = manifest.tokenizer.chat_template
-    write("manifest_smollm2.json", data)
+    write(f"manifest_{model}.json", data)
     needed: set[int] = set()
-    for name, key, options, max_new in RECORDINGS + drafter_recordings():
-        recording = record(engine, name, key, options, max_new)
+    names = []
+    for name, key, options, max_new in recordings:
+        recording = record(engine, name, key, options, max_new, model=model, **record_options)
         needed |= set(recording["embedding_ids"])
         write(f"decode_{name}.json", recording)
-    # one sparse table for all recordings, including those kept from an earlier run (e.g. of drafters this
-    # runtime lacks): the rows of prompt and committed tokens (base64 float32), and the mean row of the full table
-    # (ESP's "mean" mask init)
+        names.append(f"decode_{name}.json")
+    # one table per model for all its recordings, including those kept from an earlier run (e.g. of drafters this
+    # runtime lacks): the rows of prompt and committed tokens (base64 float32), and the mean row of the full
+    # table (ESP's "mean" mask init)
     for kept in output().glob("decode_*.json"):
-        needed |= set(json.loads(kept.read_text())["embedding_ids"])
-    ids = sorted(needed)
-    rows = np.asarray(engine.embeddings[np.array(ids)], dtype="<f4")
-    write("embeddings_smollm2.json", {"ids": ids, "rows": base64.b64encode(rows.tobytes()).decode(),
-                                      "mean": np.asarray(engine.embeddings, dtype=np.float64).mean(axis=0).tolist()})
+        kept_recording = json.loads(kept.read_text())
+        if kept_recording.get("model", "smollm2") == model:
+            needed |= set(kept_recording["embedding_ids"])
+    table = np.asarray(engine.embeddings, dtype=np.float32)
+    ids = sorted(needed) if sparse else list(range(table.shape[0]))
+    rows = base64.b64encode(table[ids].astype("<f4").tobytes()).decode()
+    mean = table.astype(np.float64).mean(axis=0).tolist()
+    write(f"embeddings_{model}.json", {"ids": ids, "rows": rows, "mean": mean})
+    return names
+
+
+def tiny_engine(folder: Path) -> Engine:
+    from mtpedge.export.bundle_writer import ExportConfig, export_bundle
+    from mtpedge.models.tiny import make_tiny_model
+    model = make_tiny_model("llama", folder / "model", seed=0)
+    config = ExportConfig(context=64, prefill_width=16, decode_widths=(1, 8, 16), check_parity=False)
+    return Engine.load(export_bundle(model, folder / "bundle", config), threads=1)
+
+
+def write_all(bundle: str) -> None:
+    """Record every decode; the SmolLM2 ones only where its bundle exists (else the committed ones stay)."""
+    index_path = output() / "decodes.json"
+    names = set(json.loads(index_path.read_text())["files"]) if index_path.is_file() else set()
+    if (Path(bundle) / "manifest.json").is_file():
+        engine = Engine.load(Path(bundle), threads=2)
+        names |= set(write_model(engine, "smollm2", RECORDINGS + drafter_recordings(), sparse=True))
+    else:
+        log.warning("no SmolLM2 bundle at %s: its recorded decodes are kept as they are", bundle)
+    with tempfile.TemporaryDirectory(prefix="mtpedge-golden-tiny-") as tmp:
+        try:
+            engine = tiny_engine(Path(tmp))
+        except ImportError as err:  # exporting needs torch (the export extras)
+            log.warning("cannot export the tiny model (%s missing): its recorded decodes are kept", err.name)
+            engine = None
+        if engine is not None:
+            tiny = [r for r in TINY_RECORDINGS if r[1] is None or r[1] in _drafters()]
+            names |= set(write_model(engine, "tiny", tiny, sparse=False, text=TINY_PROMPT, on_overflow="stop"))
+    write("decodes.json", {"files": sorted(names)})
+
+
+def _drafters() -> set[str]:
+    from mtpedge.runtime.drafters import DRAFTERS
+    return set(DRAFTERS)

@@ -1,7 +1,8 @@
 """Write the golden vectors that pin the Android engine (Java) to the Python runtime.
 
     python android_demo/tools/make_golden.py                 # all cases but the real-model decode
-    python android_demo/tools/make_golden.py --decode        # also record SmolLM2 decodes (~1 min)
+    python android_demo/tools/make_golden.py --decode        # also record decodes: a tiny random model, and
+                                                             # SmolLM2 where its bundle exists (~1 min)
     python android_demo/tools/make_golden.py --out DIR       # elsewhere (run_tests.sh --fresh does this)
 
 Every case is computed by running the Python runtime's own code (tree_layout, Engine.run_block's input
@@ -194,7 +195,8 @@ def drafters_available() -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--decode", action="store_true", help="also record real-model decodes (needs the bundle)")
+    parser.add_argument("--decode", action="store_true",
+                        help="also record decodes (a tiny model; SmolLM2 where --bundle exists)")
     parser.add_argument("--out", help="folder to write to (default: the committed golden folder of the engine tests)")
     parser.add_argument("--bundle", default=str(Path.home() / ".cache/mtpedge/bundles/SmolLM2-135M-Instruct-cl1024"))
     args = parser.parse_args()

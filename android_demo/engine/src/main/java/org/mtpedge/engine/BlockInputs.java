@@ -31,11 +31,11 @@ public final class BlockInputs {
         if (n > width) {
             throw new IllegalArgumentException("a block of " + n + " slots does not fit a graph of width " + width);
         }
-        if (nPast + n > context) {
-            throw new ContextOverflowException("the block needs positions up to " + (nPast + n)
-                    + " but the bundle's context is " + context
-                    + ": shorten the prompt or max_new_tokens, or export with a larger --context");
+        if (nPast > context) {
+            throw new ContextOverflowException("n_past " + nPast + " is beyond the bundle's context " + context);
         }
+        // A block may reach past the context's end (a tree near the limit): its K/V are never stored there, since
+        // the loop commits only as many accepted slots as there are free positions (as the Python engine does).
         TreeLayout layout = TreeLayout.of(parents);
         long[] positions = new long[width];
         for (int i = 0; i < width; i++) {

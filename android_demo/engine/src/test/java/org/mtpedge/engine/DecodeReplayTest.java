@@ -3,10 +3,13 @@ package org.mtpedge.engine;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.function.Function;
 
+import org.mtpedge.engine.drafters.Drafters;
 import org.mtpedge.engine.json.JsonValues;
 
 /**
@@ -24,11 +27,36 @@ public class DecodeReplayTest {
         return Files.isRegularFile(path.resolve("manifest.json")) ? path : null;
     }
 
-    public void testPlainGreedyDecodeReplaysPython() {
-        replay("decode_plain.json", engine -> null);
+    /**
+     * Every recorded decode (listed in decodes.json): plain greedy and each drafter, on SmolLM2 and on a tiny
+     * random model whose runs end at the context limit. The drafter comes from the recording's registry name and
+     * options, built by the app's registry ({@link Drafters}).
+     */
+    public void testEveryRecordedDecodeReplaysPython() {
+        List<String> failed = new ArrayList<>();
+        List<Object> files = Golden.list(Golden.load("decodes.json"), "files");
+        Check.isTrue(files.size() >= 2, "decodes.json lists " + files.size() + " recordings");
+        for (Object f : files) {
+            String file = (String) f;
+            try {
+                Map<String, Object> recording = Golden.load(file);
+                Object name = recording.get("drafter");
+                Map<String, String> options = new HashMap<>();
+                for (Map.Entry<String, Object> e : Golden.object(recording, "options").entrySet()) {
+                    options.put(e.getKey(), String.valueOf(e.getValue()));
+                }
+                replay(file, engine -> name == null ? null : Drafters.make((String) name, engine, options));
+                System.out.println("    replayed " + file);
+            } catch (AssertionError | RuntimeException err) {
+                failed.add(file + ": " + err.getMessage());
+            }
+        }
+        Check.isTrue(failed.isEmpty(), failed.size() + " of " + files.size() + " recordings differ: "
+                + String.join("; ", failed));
     }
 
-    /** Records what the drafter proposed and what the loop accepted, to compare with Python's trees. */
+    /** Records the trees the loop verified (a proposal made just before the context ran out is never run) and the
+     *  paths it accepted, to compare with the trees Python's verifier saw. */
     static final class Spy implements Drafter {
         final Drafter inner;
         final List<DraftTree> trees = new ArrayList<>();
@@ -50,13 +78,12 @@ public class DecodeReplayTest {
 
         @Override
         public Proposal propose(int[] contextIds, int root) {
-            Proposal p = inner.propose(contextIds, root);
-            trees.add(p.tree);
-            return p;
+            return inner.propose(contextIds, root);
         }
 
         @Override
         public void observe(DraftTree tree, GraphOutput out, int[] path) {
+            trees.add(tree);
             paths.add(path.clone());
             inner.observe(tree, out, path);
         }
@@ -65,16 +92,19 @@ public class DecodeReplayTest {
     /** Replay one recording with the drafter {@code makeDrafter} builds (null: plain decoding). */
     static void replay(String file, Function<Engine, Drafter> makeDrafter) {
         Map<String, Object> recording = Golden.load(file);
-        Manifest manifest = Manifest.parse(Golden.text("manifest_smollm2.json"));
+        String model = recording.containsKey("model") ? (String) recording.get("model") : "smollm2";
+        Manifest manifest = Manifest.parse(Golden.text("manifest_" + model + ".json"));
         DecoderConfig cfg = manifest.config;
         ReplayRunner runner = new ReplayRunner(recording, cfg.vocabSize);
-        Engine engine = new Engine(manifest, ReplayRunner.sparseEmbeddings(cfg.vocabSize, cfg.hiddenSize),
+        Engine engine = new Engine(manifest, ReplayRunner.sparseEmbeddings(model, cfg.vocabSize, cfg.hiddenSize),
                 runner);
         Drafter drafter = makeDrafter.apply(engine);
         Spy spy = drafter == null ? null : new Spy(drafter);
         Generator.Options options = new Generator.Options();
         options.maxNewTokens = Golden.integer(recording, "max_new_tokens");
         options.drafter = spy;
+        options.onOverflow = "stop".equals(recording.get("on_overflow")) ? Generator.OverflowPolicy.STOP
+                : Generator.OverflowPolicy.ERROR;
         List<Integer> streamed = new ArrayList<>();
         options.listener = tokens -> {
             for (int t : tokens) {
@@ -97,13 +127,20 @@ public class DecodeReplayTest {
                     what + " calls accepting " + e.getKey() + " drafts");
         }
         List<Map<String, Object>> trees = Golden.cases(recording, "trees");
+        Map<Integer, int[]> committed = new HashMap<>();
+        for (Map<String, Object> commit : Golden.cases(recording, "commits")) {
+            committed.put(Golden.integer(commit, "call"), Golden.ints(commit, "slots"));
+        }
         if (spy != null) {
             Check.equal(trees.size(), spy.trees.size(), what + " trees proposed");
             for (int i = 0; i < trees.size(); i++) {
                 DraftTree expected = new DraftTree(Golden.ints(trees.get(i), "tokens"), Golden.ints(trees.get(i),
                         "parents"));
                 Check.equal(expected, spy.trees.get(i), what + " tree of step " + i);
-                Check.equal(Golden.ints(trees.get(i), "path"), spy.paths.get(i), what + " accepted path of step " + i);
+                // the loop commits (and the drafter observes) the accepted path cut to the free positions
+                Check.equal(committed.get(Golden.integer(trees.get(i), "call")), spy.paths.get(i),
+                        what + " accepted path of step " + i + " (verifier's full path "
+                                + Arrays.toString(Golden.ints(trees.get(i), "path")) + ")");
             }
         } else {
             Check.equal(trees.size(), result.stats.decodeCalls, what + " steps");

@@ -6,7 +6,6 @@ import java.util.List;
 import java.util.Map;
 
 import org.mtpedge.engine.drafters.DepthRates;
-import org.mtpedge.engine.drafters.Drafters;
 import org.mtpedge.engine.drafters.MaskEmbeddings;
 import org.mtpedge.engine.drafters.Ngram;
 import org.mtpedge.engine.drafters.TreeBuild;
@@ -159,32 +158,5 @@ public class DrafterGoldenTest {
                 Check.close(JsonValues.floatArray(history.get(step), "masks"), flat, 1e-6, what + " step " + step);
             }
         }
-    }
-
-    public void testEspStaticDecodeReplaysPython() {
-        replayRecorded("decode_esp_static.json");
-    }
-
-    public void testEspDynamicDecodeReplaysPython() {
-        replayRecorded("decode_esp_dynamic.json");
-    }
-
-    public void testLookupDecodeReplaysPython() {
-        replayRecorded("decode_lookup.json");
-    }
-
-    public void testHybridDecodeReplaysPython() {
-        replayRecorded("decode_hybrid.json");
-    }
-
-    /** Build the drafter from the recording's registry name and options, and replay the decode. */
-    private static void replayRecorded(String file) {
-        Map<String, Object> recording = Golden.load(file);
-        String name = JsonValues.stringField(recording, "drafter", file);
-        Map<String, String> options = new java.util.HashMap<>();
-        for (Map.Entry<String, Object> e : Golden.object(recording, "options").entrySet()) {
-            options.put(e.getKey(), String.valueOf(e.getValue()));
-        }
-        DecodeReplayTest.replay(file, engine -> Drafters.make(name, engine, options));
     }
 }

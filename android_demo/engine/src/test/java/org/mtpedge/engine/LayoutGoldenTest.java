@@ -71,9 +71,4 @@ public class LayoutGoldenTest {
                     "parents " + Arrays.toString(parents));
         }
     }
-
-    public void testBlockThatOverflowsTheContextIsRefused() {
-        Check.throwsError(ContextOverflowException.class,
-                () -> BlockInputs.build(new int[] {-1, 0, 1}, 30, 4, 32, -1e9f), "3 slots at n_past 30 of 32");
-    }
 }

@@ -165,8 +165,8 @@ final class ReplayRunner implements GraphRunner {
     }
 
     /** The recorded embedding rows (prompt and committed tokens) and mean row; other rows read as zeros. */
-    static Embeddings sparseEmbeddings(int rows, int dim) {
-        Map<String, Object> recording = Golden.load("embeddings_smollm2.json");
+    static Embeddings sparseEmbeddings(String model, int rows, int dim) {
+        Map<String, Object> recording = Golden.load("embeddings_" + model + ".json");
         int[] ids = Golden.ints(recording, "ids");
         double[] mean = Golden.doubles(recording, "mean");
         byte[] raw = Base64.getDecoder().decode(JsonValues.stringField(recording, "rows", "embeddings"));
