@@ -12,6 +12,7 @@ for name in $(grep -o 'int [a-z_]* = [0-9]*' "$demo/tools/app_stubs/org/mtpedge/
         || [ -f "$demo/app/src/main/res/layout/$name.xml" ] \
         || { echo "R.$name is used by the app but missing from app/src/main/res"; exit 1; }
 done
-javac -encoding UTF-8 --release 17 -Xlint:all,-serial,-cast -d "$out" \
+# Java 8's library, as for the engine (run_tests.sh): what Android 10 (API 29) has, java.nio.file aside
+javac -encoding UTF-8 --release 8 -Xlint:all,-options,-serial,-cast -Werror -d "$out" \
     $(find "$demo/engine/src/main/java" "$demo/app/src/main/java" "$demo/tools/app_stubs" -name '*.java')
 echo "app sources compile against the engine and the API stand-ins"

@@ -1,5 +1,6 @@
 package org.mtpedge.engine;
 
+import java.util.Collections;
 import java.util.Map;
 
 import org.mtpedge.engine.json.JsonValues;
@@ -41,6 +42,6 @@ public final class DecoderConfig {
                 JsonValues.intField(map, "num_heads", where),
                 JsonValues.intField(map, "num_kv_heads", where),
                 JsonValues.intField(map, "head_dim", where),
-                RopeConfig.fromJson(rope == null ? Map.of() : JsonValues.object(rope, where + ".rope")));
+                RopeConfig.fromJson(rope == null ? Collections.<String, Object>emptyMap() : JsonValues.object(rope, where + ".rope")));
     }
 }

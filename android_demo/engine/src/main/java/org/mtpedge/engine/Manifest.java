@@ -4,6 +4,7 @@ import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.Arrays;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.Comparator;
@@ -71,7 +72,7 @@ public final class Manifest {
             throw new BundleException("cannot read " + path + ": " + err.getMessage(), err);
         }
         List<String> missing = new ArrayList<>();
-        List<String> files = new ArrayList<>(List.of(manifest.tokenizerFile, manifest.embeddingsFile));
+        List<String> files = new ArrayList<>(Arrays.asList(manifest.tokenizerFile, manifest.embeddingsFile));
         for (GraphEntry g : manifest.graphs) {
             files.add(g.file);
         }
@@ -144,7 +145,7 @@ public final class Manifest {
                     JsonValues.stringField(data, "embeddings_file", where),
                     Collections.unmodifiableList(graphs),
                     (float) JsonValues.doubleField(data, "mask_value", where),
-                    extras == null ? Map.of() : JsonValues.object(extras, "manifest.extras"));
+                    extras == null ? Collections.<String, Object>emptyMap() : JsonValues.object(extras, "manifest.extras"));
         } catch (JsonException err) {
             throw new BundleException("manifest.json is malformed (" + err.getMessage() + "): re-run `mtpedge export`",
                     err);

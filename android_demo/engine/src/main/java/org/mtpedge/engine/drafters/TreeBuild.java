@@ -150,9 +150,9 @@ public final class TreeBuild {
      * candidate of depth i-1, each scored P(parent) * p_i(token). Root at index 0 with score 1.
      */
     public static Pool maskPool(double[][] maskProbs, int offer, int root) {
-        List<Integer> tokens = new ArrayList<>(List.of(root));
-        List<Integer> parents = new ArrayList<>(List.of(-1));
-        List<Double> scores = new ArrayList<>(List.of(1.0));
+        List<Integer> tokens = new ArrayList<>(Arrays.asList(root));
+        List<Integer> parents = new ArrayList<>(Arrays.asList(-1));
+        List<Double> scores = new ArrayList<>(Arrays.asList(1.0));
         int anchor = 0;
         int anchorToken = root;
         double anchorScore = 1.0;
@@ -177,9 +177,9 @@ public final class TreeBuild {
 
     /** A pool of token chains hanging under the root (e.g. n-gram continuations), with per-node scores. */
     public static Pool chainPool(int root, List<int[]> continuations, List<double[]> scores) {
-        List<Integer> tokens = new ArrayList<>(List.of(root));
-        List<Integer> parents = new ArrayList<>(List.of(-1));
-        List<Double> poolScores = new ArrayList<>(List.of(1.0));
+        List<Integer> tokens = new ArrayList<>(Arrays.asList(root));
+        List<Integer> parents = new ArrayList<>(Arrays.asList(-1));
+        List<Double> poolScores = new ArrayList<>(Arrays.asList(1.0));
         for (int c = 0; c < continuations.size(); c++) {
             int[] chain = continuations.get(c);
             double[] chainScores = scores.get(c);

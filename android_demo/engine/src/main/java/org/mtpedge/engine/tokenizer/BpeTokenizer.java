@@ -6,6 +6,7 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.text.Normalizer;
+import java.util.Collections;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
@@ -54,7 +55,7 @@ public final class BpeTokenizer {
             vocab.put(e.getKey(), id);
             maxId = Math.max(maxId, id);
         }
-        List<Object> addedJson = spec.get("added_tokens") == null ? List.of()
+        List<Object> addedJson = spec.get("added_tokens") == null ? Collections.emptyList()
                 : JsonValues.arrayField(spec, "added_tokens", "tokenizer.json");
         for (Object a : addedJson) {
             maxId = Math.max(maxId, JsonValues.intField(JsonValues.object(a, "added token"), "id", "added token"));

@@ -1,5 +1,6 @@
 package org.mtpedge.engine.tokenizer;
 
+import java.util.Collections;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -49,7 +50,7 @@ final class PreTokenizer {
                 break;
             case "ByteLevel":
                 if (JsonValues.boolField(spec, "add_prefix_space", false)) {
-                    steps.add(piece -> List.of(piece.startsWith(" ") ? piece : " " + piece));
+                    steps.add(piece -> Collections.singletonList(piece.startsWith(" ") ? piece : " " + piece));
                 }
                 if (JsonValues.boolField(spec, "use_regex", true)) {
                     Pattern gpt2 = Pattern.compile(GPT2_PATTERN, Pattern.UNICODE_CHARACTER_CLASS);
@@ -104,7 +105,7 @@ final class PreTokenizer {
     }
 
     List<String> split(String text) {
-        List<String> pieces = new ArrayList<>(List.of(text));
+        List<String> pieces = new ArrayList<>(Collections.singletonList(text));
         for (Step step : steps) {
             List<String> next = new ArrayList<>();
             for (String piece : pieces) {
