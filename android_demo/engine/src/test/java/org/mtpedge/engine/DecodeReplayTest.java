@@ -55,6 +55,25 @@ public class DecodeReplayTest {
                 + String.join("; ", failed));
     }
 
+    /** Cancellation is polled between steps: the tokens so far are kept, a prefix of the uncancelled run's. */
+    public void testCancellationStopsBetweenSteps() {
+        Map<String, Object> recording = Golden.load("decode_tiny_plain.json");
+        Manifest manifest = Manifest.parse(Golden.text("manifest_tiny.json"));
+        DecoderConfig cfg = manifest.config;
+        ReplayRunner runner = new ReplayRunner(recording, cfg.vocabSize);
+        Engine engine = new Engine(manifest, ReplayRunner.sparseEmbeddings("tiny", cfg.vocabSize, cfg.hiddenSize),
+                runner);
+        Generator.Options options = new Generator.Options();
+        options.maxNewTokens = Golden.integer(recording, "max_new_tokens");
+        int[] seen = {0};
+        options.listener = tokens -> seen[0] += tokens.length;
+        options.shouldStop = () -> seen[0] >= 5;
+        Generator.Result result = Generator.generate(engine, Golden.ints(recording, "prompt_ids"), options);
+        Check.equal("cancelled", result.stats.finishReason, "finish reason");
+        Check.equal(Arrays.copyOf(Golden.ints(recording, "token_ids"), 5), result.tokenIds, "tokens before cancel");
+        Check.equal(4, result.stats.decodeCalls, "decode calls before cancel");
+    }
+
     /** Records the trees the loop verified (a proposal made just before the context ran out is never run) and the
      *  paths it accepted, to compare with the trees Python's verifier saw. */
     static final class Spy implements Drafter {
