@@ -1,0 +1,61 @@
+package org.mtpedge.engine;
+
+/**
+ * The inputs of one graph call over n real slots padded to the graph's width W; port of the input-building
+ * part of {@code mtpedge.runtime.engine.Engine.run_block}.
+ *
+ * <ul>
+ *   <li>positions (W): n_past + depth for real slots, n_past for padding;</li>
+ *   <li>attention bias (1, 1, W, C + W), additive: a real row sees the committed cache [0, n_past) and its
+ *       tree-visible block slots; a padding row sees only itself, so its softmax stays finite.</li>
+ * </ul>
+ */
+public final class BlockInputs {
+    public final int width;
+    public final int context;
+    public final int realSlots;
+    public final long[] positions;
+    /** Row-major (W, C + W). */
+    public final float[] attentionBias;
+
+    private BlockInputs(int width, int context, int realSlots, long[] positions, float[] attentionBias) {
+        this.width = width;
+        this.context = context;
+        this.realSlots = realSlots;
+        this.positions = positions;
+        this.attentionBias = attentionBias;
+    }
+
+    public static BlockInputs build(int[] parents, int nPast, int width, int context, float maskValue) {
+        int n = parents.length;
+        if (n > width) {
+            throw new IllegalArgumentException("a block of " + n + " slots does not fit a graph of width " + width);
+        }
+        if (nPast > context) {
+            throw new ContextOverflowException("n_past " + nPast + " is beyond the bundle's context " + context);
+        }
+        // A block may reach past the context's end (a tree near the limit): its K/V are never stored there, since
+        // the loop commits only as many accepted slots as there are free positions (as the Python engine does).
+        TreeLayout layout = TreeLayout.of(parents);
+        long[] positions = new long[width];
+        for (int i = 0; i < width; i++) {
+            positions[i] = nPast + (i < n ? layout.depth[i] : 0);
+        }
+        int columns = context + width;
+        float[] bias = new float[width * columns];
+        java.util.Arrays.fill(bias, maskValue);
+        for (int i = 0; i < n; i++) {
+            int row = i * columns;
+            java.util.Arrays.fill(bias, row, row + nPast, 0f);
+            for (int j = 0; j < n; j++) {
+                if (layout.visible[i][j]) {
+                    bias[row + context + j] = 0f;
+                }
+            }
+        }
+        for (int i = n; i < width; i++) {
+            bias[i * columns + context + i] = 0f;
+        }
+        return new BlockInputs(width, context, n, positions, bias);
+    }
+}

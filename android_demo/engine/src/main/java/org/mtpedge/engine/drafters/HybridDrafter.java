@@ -1,0 +1,61 @@
+package org.mtpedge.engine.drafters;
+
+import org.mtpedge.engine.DraftTree;
+import org.mtpedge.engine.Drafter;
+import org.mtpedge.engine.Engine;
+import org.mtpedge.engine.GraphOutput;
+
+/**
+ * Hybrid drafting: mask-probe (ESP) and prompt-lookup candidates in one tree, verified in one call; port of
+ * {@code mtpedge.runtime.drafters.hybrid}. Lookup nodes are scored by estimated acceptance (per-depth rates,
+ * the r-th continuation discounted by 1 / (r + 1)), mask nodes by P(parent) * p_i(token); the best
+ * B = width / (k + 1) form the tree, and every token node gets its k mask slots.
+ */
+public final class HybridDrafter implements Drafter {
+    private final MaskProbe probe;
+    private final NgramSource lookup;
+    private final int nodes;
+    private boolean[] fromLookup = {true};
+
+    public HybridDrafter(Engine engine, int masks, String maskInit, double maskUpdate, int width, int maxNgram,
+                         int minNgram, int branches) {
+        this.probe = new MaskProbe(maskInit, masks, maskUpdate, engine.embeddings);
+        width = Math.min(width, engine.manifest.maxWidth());
+        this.nodes = width / (masks + 1);
+        if (nodes < 1) {
+            throw new IllegalArgumentException("a width of " + width + " slots cannot hold a root and its " + masks
+                    + " mask slot(s)");
+        }
+        this.lookup = new NgramSource(maxNgram, minNgram, Math.max(1, nodes - 1), branches);
+    }
+
+    @Override
+    public String name() {
+        return "hybrid";
+    }
+
+    @Override
+    public void start(Engine engine, int[] promptIds, float[] prefillLogits) {
+        probe.start(promptIds);
+        lookup.rates.reset();
+    }
+
+    @Override
+    public Proposal propose(int[] contextIds, int root) {
+        TreeBuild.Pool lookupPool = lookup.pool(contextIds, root);
+        TreeBuild.Pool pool = probe.forecast == null ? TreeBuild.concatPools(lookupPool)
+                : TreeBuild.concatPools(lookupPool, TreeBuild.maskPool(probe.forecastProbs(), nodes - 1, root));
+        TreeBuild.Selection tree = TreeBuild.selectTree(pool, nodes);
+        fromLookup = new boolean[tree.chosen.length];
+        for (int i = 0; i < fromLookup.length; i++) {
+            fromLookup[i] = tree.chosen[i] < lookupPool.size(); // lookup entries come first in the pool
+        }
+        return probe.finishTree(tree.tokens, tree.parents);
+    }
+
+    @Override
+    public void observe(DraftTree tree, GraphOutput out, int[] path) {
+        lookup.record(tree, fromLookup, path);
+        probe.observe(tree, fromLookup.length, out, path);
+    }
+}

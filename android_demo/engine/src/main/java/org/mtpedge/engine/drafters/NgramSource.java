@@ -1,0 +1,66 @@
+package org.mtpedge.engine.drafters;
+
+import java.util.ArrayList;
+import java.util.List;
+
+import org.mtpedge.engine.DraftTree;
+
+/** Lookup candidates as a scored pool, and the per-depth acceptance rates that score them (lookup.NgramSource). */
+final class NgramSource {
+    private final int maxNgram;
+    private final int minNgram;
+    private final int length;
+    private final int branches;
+    final DepthRates rates;
+
+    NgramSource(int maxNgram, int minNgram, int length, int branches) {
+        if (length < 1 || branches < 1) {
+            throw new IllegalArgumentException("lookup length and branches must be >= 1, got " + length + ", "
+                    + branches);
+        }
+        this.maxNgram = maxNgram;
+        this.minNgram = minNgram;
+        this.length = length;
+        this.branches = branches;
+        this.rates = new DepthRates(length);
+    }
+
+    TreeBuild.Pool pool(int[] contextIds, int root) {
+        List<int[]> found = Ngram.continuations(contextIds, maxNgram, minNgram, length, branches);
+        List<double[]> scores = new ArrayList<>();
+        for (int rank = 0; rank < found.size(); rank++) {
+            scores.add(rates.chainScores(found.get(rank).length, 1.0 / (rank + 1)));
+        }
+        return TreeBuild.chainPool(root, found, scores);
+    }
+
+    /** Update the rates from this call's lookup nodes ({@code fromLookup}: one flag per token node). */
+    void record(DraftTree tree, boolean[] fromLookup, int[] path) {
+        int n = fromLookup.length;
+        boolean[] onPath = new boolean[n];
+        for (int p : path) {
+            onPath[p] = true;
+        }
+        int[] depth = new int[n];
+        for (int i = 1; i < n; i++) {
+            depth[i] = depth[tree.parent(i)] + 1;
+        }
+        int count = 0;
+        for (int i = 1; i < n; i++) {
+            count += fromLookup[i] ? 1 : 0;
+        }
+        int[] depths = new int[count];
+        boolean[] parentAccepted = new boolean[count];
+        boolean[] accepted = new boolean[count];
+        int k = 0;
+        for (int i = 1; i < n; i++) { // the root is never a lookup candidate
+            if (fromLookup[i]) {
+                depths[k] = depth[i];
+                parentAccepted[k] = onPath[tree.parent(i)];
+                accepted[k] = onPath[i];
+                k++;
+            }
+        }
+        rates.record(depths, parentAccepted, accepted);
+    }
+}

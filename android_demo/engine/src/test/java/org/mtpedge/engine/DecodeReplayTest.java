@@ -1,0 +1,168 @@
+package org.mtpedge.engine;
+
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.function.Function;
+
+import org.mtpedge.engine.drafters.Drafters;
+import org.mtpedge.engine.json.JsonValues;
+
+/**
+ * The whole Java decode loop (engine, block inputs, KV commits, verifier, generate loop, drafters) replayed
+ * against decodes the Python runtime recorded on the real SmolLM2 bundle: same graph calls with the same inputs,
+ * same trees, same accepted paths, same tokens.
+ */
+public class DecodeReplayTest {
+    /** The exported SmolLM2 bundle, where this machine has one: MTPEDGE_BUNDLE, else mtpedge's cache folder. */
+    static Path realBundle() {
+        String env = System.getenv("MTPEDGE_BUNDLE");
+        String cache = System.getenv("MTPEDGE_CACHE");
+        Path root = cache != null ? Path.of(cache) : Path.of(System.getProperty("user.home"), ".cache", "mtpedge");
+        Path path = env != null ? Path.of(env) : root.resolve("bundles").resolve("SmolLM2-135M-Instruct-cl1024");
+        return Files.isRegularFile(path.resolve("manifest.json")) ? path : null;
+    }
+
+    /**
+     * Every recorded decode (listed in decodes.json): plain greedy and each drafter, on SmolLM2 and on a tiny
+     * random model whose runs end at the context limit. The drafter comes from the recording's registry name and
+     * options, built by the app's registry ({@link Drafters}).
+     */
+    public void testEveryRecordedDecodeReplaysPython() {
+        List<String> failed = new ArrayList<>();
+        List<Object> files = Golden.list(Golden.load("decodes.json"), "files");
+        Check.isTrue(files.size() >= 2, "decodes.json lists " + files.size() + " recordings");
+        for (Object f : files) {
+            String file = (String) f;
+            try {
+                Map<String, Object> recording = Golden.load(file);
+                Object name = recording.get("drafter");
+                Map<String, String> options = new HashMap<>();
+                for (Map.Entry<String, Object> e : Golden.object(recording, "options").entrySet()) {
+                    options.put(e.getKey(), String.valueOf(e.getValue()));
+                }
+                replay(file, engine -> name == null ? null : Drafters.make((String) name, engine, options));
+                System.out.println("    replayed " + file);
+            } catch (AssertionError | RuntimeException err) {
+                failed.add(file + ": " + err.getMessage());
+            }
+        }
+        Check.isTrue(failed.isEmpty(), failed.size() + " of " + files.size() + " recordings differ: "
+                + String.join("; ", failed));
+    }
+
+    /** Cancellation is polled between steps: the tokens so far are kept, a prefix of the uncancelled run's. */
+    public void testCancellationStopsBetweenSteps() {
+        Map<String, Object> recording = Golden.load("decode_tiny_plain.json");
+        Manifest manifest = Manifest.parse(Golden.text("manifest_tiny.json"));
+        DecoderConfig cfg = manifest.config;
+        ReplayRunner runner = new ReplayRunner(recording, cfg.vocabSize);
+        Engine engine = new Engine(manifest, ReplayRunner.sparseEmbeddings("tiny", cfg.vocabSize, cfg.hiddenSize),
+                runner);
+        Generator.Options options = new Generator.Options();
+        options.maxNewTokens = Golden.integer(recording, "max_new_tokens");
+        int[] seen = {0};
+        options.listener = tokens -> seen[0] += tokens.length;
+        options.shouldStop = () -> seen[0] >= 5;
+        Generator.Result result = Generator.generate(engine, Golden.ints(recording, "prompt_ids"), options);
+        Check.equal("cancelled", result.stats.finishReason, "finish reason");
+        Check.equal(Arrays.copyOf(Golden.ints(recording, "token_ids"), 5), result.tokenIds, "tokens before cancel");
+        Check.equal(4, result.stats.decodeCalls, "decode calls before cancel");
+    }
+
+    /** Records the trees the loop verified (a proposal made just before the context ran out is never run) and the
+     *  paths it accepted, to compare with the trees Python's verifier saw. */
+    static final class Spy implements Drafter {
+        final Drafter inner;
+        final List<DraftTree> trees = new ArrayList<>();
+        final List<int[]> paths = new ArrayList<>();
+
+        Spy(Drafter inner) {
+            this.inner = inner;
+        }
+
+        @Override
+        public String name() {
+            return inner.name();
+        }
+
+        @Override
+        public void start(Engine engine, int[] promptIds, float[] prefillLogits) {
+            inner.start(engine, promptIds, prefillLogits);
+        }
+
+        @Override
+        public Proposal propose(int[] contextIds, int root) {
+            return inner.propose(contextIds, root);
+        }
+
+        @Override
+        public void observe(DraftTree tree, GraphOutput out, int[] path) {
+            trees.add(tree);
+            paths.add(path.clone());
+            inner.observe(tree, out, path);
+        }
+    }
+
+    /** Replay one recording with the drafter {@code makeDrafter} builds (null: plain decoding). */
+    static void replay(String file, Function<Engine, Drafter> makeDrafter) {
+        Map<String, Object> recording = Golden.load(file);
+        String model = recording.containsKey("model") ? (String) recording.get("model") : "smollm2";
+        Manifest manifest = Manifest.parse(Golden.text("manifest_" + model + ".json"));
+        DecoderConfig cfg = manifest.config;
+        ReplayRunner runner = new ReplayRunner(recording, cfg.vocabSize);
+        Engine engine = new Engine(manifest, ReplayRunner.sparseEmbeddings(model, cfg.vocabSize, cfg.hiddenSize),
+                runner);
+        Drafter drafter = makeDrafter.apply(engine);
+        Spy spy = drafter == null ? null : new Spy(drafter);
+        Generator.Options options = new Generator.Options();
+        options.maxNewTokens = Golden.integer(recording, "max_new_tokens");
+        options.drafter = spy;
+        options.onOverflow = "stop".equals(recording.get("on_overflow")) ? Generator.OverflowPolicy.STOP
+                : Generator.OverflowPolicy.ERROR;
+        List<Integer> streamed = new ArrayList<>();
+        options.listener = tokens -> {
+            for (int t : tokens) {
+                streamed.add(t);
+            }
+        };
+        Generator.Result result = Generator.generate(engine, Golden.ints(recording, "prompt_ids"), options);
+        String what = file;
+        Check.equal(Golden.ints(recording, "token_ids"), result.tokenIds, what + " generated tokens");
+        Check.equal(streamed.size(), result.tokenIds.length, what + " streamed token count");
+        Check.equal(recording.get("finish_reason"), result.stats.finishReason, what + " finish reason");
+        Check.equal(Golden.integer(recording, "decode_calls"), result.stats.decodeCalls, what + " decode calls");
+        Check.equal(runner.callsRecorded(), runner.callsReplayed(), what + " graph calls replayed");
+        Map<String, Object> histogram = Golden.object(recording, "accepted_per_call");
+        Check.equal(histogram.size(), result.stats.acceptedHistogram.size(), what + " accepted histogram " + histogram
+                + " vs " + result.stats.acceptedHistogram);
+        for (Map.Entry<String, Object> e : histogram.entrySet()) {
+            Check.equal(JsonValues.longValue(e.getValue(), "count"),
+                    (long) result.stats.acceptedHistogram.getOrDefault(Integer.parseInt(e.getKey()), 0),
+                    what + " calls accepting " + e.getKey() + " drafts");
+        }
+        List<Map<String, Object>> trees = Golden.cases(recording, "trees");
+        Map<Integer, int[]> committed = new HashMap<>();
+        for (Map<String, Object> commit : Golden.cases(recording, "commits")) {
+            committed.put(Golden.integer(commit, "call"), Golden.ints(commit, "slots"));
+        }
+        if (spy != null) {
+            Check.equal(trees.size(), spy.trees.size(), what + " trees proposed");
+            for (int i = 0; i < trees.size(); i++) {
+                DraftTree expected = new DraftTree(Golden.ints(trees.get(i), "tokens"), Golden.ints(trees.get(i),
+                        "parents"));
+                Check.equal(expected, spy.trees.get(i), what + " tree of step " + i);
+                // the loop commits (and the drafter observes) the accepted path cut to the free positions
+                Check.equal(committed.get(Golden.integer(trees.get(i), "call")), spy.paths.get(i),
+                        what + " accepted path of step " + i + " (verifier's full path "
+                                + Arrays.toString(Golden.ints(trees.get(i), "path")) + ")");
+            }
+        } else {
+            Check.equal(trees.size(), result.stats.decodeCalls, what + " steps");
+        }
+    }
+}

@@ -1,0 +1,28 @@
+package org.mtpedge.engine;
+
+/** The manifest reader accepts what `mtpedge export` writes and refuses bad bundles with a fix in the message. */
+public class ManifestTest {
+    public void testReadsTheRealManifest() {
+        Manifest m = Manifest.parse(Golden.text("manifest_smollm2.json"));
+        Check.equal("llama", m.config.architecture, "architecture");
+        Check.equal(30, m.config.numLayers, "layers");
+        Check.equal(1024, m.context, "context");
+        Check.equal(64, m.maxWidth(), "widest graph");
+        Check.equal("decode_ar16_cl1024", m.entryFor(2).name, "graph for 2 slots");
+        Check.equal("decode_ar1_cl1024", m.entryFor(1).name, "graph for 1 slot");
+        Check.equal(100000.0, m.config.rope.theta, "rope theta");
+        Check.equal(new int[] {2}, m.eosTokenIds, "eos");
+        Check.throwsError(BundleException.class, () -> m.entryFor(65), "65 slots");
+    }
+
+    public void testRefusesOtherVersionsAndFormats() {
+        String real = Golden.text("manifest_smollm2.json");
+        BundleException err = Check.throwsError(BundleException.class,
+                () -> Manifest.parse(real.replace("\"version\":1", "\"version\":2")), "version 2");
+        Check.isTrue(err.getMessage().contains("re-export"), err.getMessage());
+        Check.throwsError(BundleException.class, () -> Manifest.parse(real.replace("mtpedge-bundle", "other")), "format");
+        Check.throwsError(BundleException.class, () -> Manifest.parse("{"), "broken JSON");
+        Check.throwsError(BundleException.class,
+                () -> Manifest.parse(real.replace("\"rope_type\":\"default\"", "\"rope_type\":\"yarn\"")), "rope type");
+    }
+}

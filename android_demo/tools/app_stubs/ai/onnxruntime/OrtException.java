@@ -1,0 +1,2 @@
+package ai.onnxruntime;
+public class OrtException extends Exception { public OrtException(String m) { super(m); } }

@@ -1,0 +1,2 @@
+package android.widget;
+public class Button extends TextView { }

@@ -1,0 +1,2 @@
+package android.widget;
+public interface SpinnerAdapter { }

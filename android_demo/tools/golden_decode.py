@@ -1,0 +1,178 @@
+"""Record short decodes of the real SmolLM2 bundle (plain greedy and each drafter) for the Java replay test.
+
+Per graph call: the chosen width, n_past, positions, the attention bias (as zero runs per row), a fingerprint of
+each input embedding row, and the outputs as top-k logits + each row's log-sum-exp (the full rows are 49152
+floats). Per decode step: the drafter's tree, and the slots each commit gathered. Plus the prompt's and the
+committed tokens' embedding rows (base64 float32), so that mask embeddings can be recomputed in Java.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import logging
+import tempfile
+from pathlib import Path
+
+import mtpedge.runtime.generate as generate_module
+import numpy as np
+from golden_common import RopePositions, f32, output, write, zero_runs
+from mtpedge.runtime.engine import Engine
+from mtpedge.runtime.generate import generate
+from mtpedge.runtime.tree import SLOT
+
+log = logging.getLogger("make_golden")
+TOP_K = 16
+# long enough (> 64 tokens with the chat template) that prefill takes two chunks of the 64-wide graph
+PROMPT = ("Here is a list of the planets of the solar system, from the Sun outwards: Mercury, Venus, Earth, Mars, "
+          "Jupiter, Saturn, Uranus, Neptune. Write the same list again, separated by commas, and then say which "
+          "planet is the largest.")
+RECORDINGS = [("plain", None, {}, 24)]
+# a random tiny model (seeded) in a 64-position context: its greedy text repeats, so lookup and hybrid trees are
+# accepted deep, and the runs end at the context limit (on_overflow="stop"), where a block reaches past the end of
+# the context and the accepted path is cut to the free positions
+TINY_PROMPT = "Questions? Answers! Lists: one, two, three."
+TINY_RECORDINGS = [("tiny_plain", None, {}, 200), ("tiny_lookup", "lookup", {}, 200),
+                   ("tiny_hybrid", "hybrid", {"masks": 2}, 200), ("tiny_esp", "esp", {"masks": 1}, 200)]
+
+
+def drafter_recordings() -> list:
+    """(name, drafter registry name, options, new tokens) for every drafter this runtime has."""
+    from mtpedge.runtime.drafters import DRAFTERS
+    wanted = [("esp_static", "esp", {"masks": 1, "tree": "static"}),
+              ("esp_dynamic", "esp", {"masks": 2, "tree": "dynamic"}),
+              ("lookup", "lookup", {}), ("hybrid", "hybrid", {})]
+    return [(name, key, options, 40) for name, key, options in wanted if key in DRAFTERS]
+
+
+def top_rows(logits: np.ndarray) -> dict:
+    rows = np.asarray(logits, dtype=np.float32)
+    ids = np.argsort(-rows, axis=1, kind="stable")[:, :TOP_K]
+    top = np.take_along_axis(rows, ids, axis=1)
+    high = rows.astype(np.float64).max(axis=1, keepdims=True)
+    lse = (high[:, 0] + np.log(np.exp(rows.astype(np.float64) - high).sum(axis=1)))
+    return {"ids": ids.tolist(), "values": [f32(r) for r in top], "lse": lse.tolist()}
+
+
+@contextlib.contextmanager
+def recording(engine: Engine, drafter):
+    """Spy on graph calls, commits, trees and verification while `generate` runs."""
+    calls, commits, trees = [], [], []
+    positions_of = RopePositions(engine.inv_freq, engine.context + engine.graphs.max_width)
+    original_run = engine.graphs.run
+    original_commit = engine.cache.commit_accepted_kv
+    original_verify = generate_module.verify_tree
+
+    def run(entry, feeds, n_real):
+        out = original_run(entry, feeds, n_real)
+        embeds = feeds["inputs_embeds"][0, :n_real].astype(np.float64)
+        calls.append({"width": entry.width, "n_real": n_real, "n_past": engine.cache.n_past,
+                      "positions": positions_of(feeds),
+                      "bias_zero_runs": [zero_runs(r) for r in feeds["attention_bias"][0, 0]],
+                      "embed_sums": embeds.sum(axis=1).tolist(), "embed_sumsq": (embeds ** 2).sum(axis=1).tolist(),
+                      "logits": top_rows(out.logits)})
+        return out
+
+    def commit(new_keys, new_values, slots):
+        commits.append({"call": len(calls) - 1, "slots": [int(s) for s in slots]})
+        return original_commit(new_keys, new_values, slots)
+
+    def verify(tree, logits, choose):
+        path, token = original_verify(tree, logits, choose)
+        trees.append({"call": len(calls) - 1, "tokens": tree.tokens.tolist(), "parents": tree.parents.tolist(),
+                      "path": path, "next_token": token})
+        return path, token
+
+    engine.graphs.run = run
+    engine.cache.commit_accepted_kv = commit
+    generate_module.verify_tree = verify
+    try:
+        yield calls, commits, trees
+    finally:
+        del engine.graphs.run
+        del engine.cache.commit_accepted_kv
+        generate_module.verify_tree = original_verify
+
+
+def record(engine: Engine, name: str, drafter_key: str | None, options: dict, max_new: int, model: str = "smollm2",
+           text: str = PROMPT, on_overflow: str = "error") -> dict:
+    from mtpedge.runtime.drafters import make_drafter
+    prompt = engine.tokenizer.encode_chat([{"role": "user", "content": text}])
+    drafter = make_drafter(drafter_key, engine, **options) if drafter_key else None
+    with recording(engine, drafter) as (calls, commits, trees):
+        result = generate(engine, prompt, max_new_tokens=max_new, drafter=drafter, on_overflow=on_overflow)
+    committed = sorted(set(prompt) | set(result.token_ids) | {t["tokens"][0] for t in trees})
+    for t in trees:  # fingerprints of rows whose token the replay's sparse table lacks cannot be compared
+        call = calls[t["call"]]
+        call["check_rows"] = [tok == SLOT or tok in committed for tok in t["tokens"]]
+    log.info("%s: %d new tokens, %d calls, tau %.2f", name, len(result.token_ids), len(calls),
+             result.stats.tokens_per_call)
+    return {"name": name, "model": model, "on_overflow": on_overflow, "drafter": drafter_key, "options": options,
+            "prompt": text, "prompt_ids": prompt,
+            "max_new_tokens": max_new, "top_k": TOP_K, "token_ids": result.token_ids,
+            "finish_reason": result.stats.finish_reason, "decode_calls": result.stats.decode_calls,
+            "accepted_per_call": {str(k): v for k, v in sorted(result.stats.accepted_histogram.items())},
+            "calls": calls, "commits": commits, "trees": trees, "embedding_ids": committed}
+
+
+def write_model(engine: Engine, model: str, recordings: list, sparse: bool, **record_options) -> list[str]:
+    """The manifest, the recordings and the embedding rows they need (all rows of a tiny table)."""
+    data = json.loads(engine.manifest.to_json())
+    for g in data["graphs"]:  # the per-layer I/O shapes are checked by the Python loader; the app needs none
+        g["inputs"], g["outputs"] = {}, {}
+    write(f"manifest_{model}.json", data)
+    needed: set[int] = set()
+    names = []
+    for name, key, options, max_new in recordings:
+        recording = record(engine, name, key, options, max_new, model=model, **record_options)
+        needed |= set(recording["embedding_ids"])
+        write(f"decode_{name}.json", recording)
+        names.append(f"decode_{name}.json")
+    # one table per model for all its recordings, including those kept from an earlier run (e.g. of drafters this
+    # runtime lacks): the rows of prompt and committed tokens (base64 float32), and the mean row of the full
+    # table (ESP's "mean" mask init)
+    for kept in output().glob("decode_*.json"):
+        kept_recording = json.loads(kept.read_text())
+        if kept_recording.get("model", "smollm2") == model:
+            needed |= set(kept_recording["embedding_ids"])
+    table = np.asarray(engine.embeddings, dtype=np.float32)
+    ids = sorted(needed) if sparse else list(range(table.shape[0]))
+    rows = base64.b64encode(table[ids].astype("<f4").tobytes()).decode()
+    mean = table.astype(np.float64).mean(axis=0).tolist()
+    write(f"embeddings_{model}.json", {"ids": ids, "rows": rows, "mean": mean})
+    return names
+
+
+def tiny_engine(folder: Path) -> Engine:
+    from mtpedge.export.bundle_writer import ExportConfig, export_bundle
+    from mtpedge.models.tiny import make_tiny_model
+    model = make_tiny_model("llama", folder / "model", seed=0)
+    config = ExportConfig(context=64, prefill_width=16, decode_widths=(1, 8, 16), check_parity=False)
+    return Engine.load(export_bundle(model, folder / "bundle", config), threads=1)
+
+
+def write_all(bundle: str) -> None:
+    """Record every decode; the SmolLM2 ones only where its bundle exists (else the committed ones stay)."""
+    index_path = output() / "decodes.json"
+    names = set(json.loads(index_path.read_text())["files"]) if index_path.is_file() else set()
+    if (Path(bundle) / "manifest.json").is_file():
+        engine = Engine.load(Path(bundle), threads=2)
+        names |= set(write_model(engine, "smollm2", RECORDINGS + drafter_recordings(), sparse=True))
+    else:
+        log.warning("no SmolLM2 bundle at %s: its recorded decodes are kept as they are", bundle)
+    with tempfile.TemporaryDirectory(prefix="mtpedge-golden-tiny-") as tmp:
+        try:
+            engine = tiny_engine(Path(tmp))
+        except ImportError as err:  # exporting needs torch (the export extras)
+            log.warning("cannot export the tiny model (%s missing): its recorded decodes are kept", err.name)
+            engine = None
+        if engine is not None:
+            tiny = [r for r in TINY_RECORDINGS if r[1] is None or r[1] in _drafters()]
+            names |= set(write_model(engine, "tiny", tiny, sparse=False, text=TINY_PROMPT, on_overflow="stop"))
+    write("decodes.json", {"files": sorted(names)})
+
+
+def _drafters() -> set[str]:
+    from mtpedge.runtime.drafters import DRAFTERS
+    return set(DRAFTERS)
