@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from mtpedge.bench.aggregate import OVERALL, acceptance_by_depth, summarize, tau
 from mtpedge.bench.questions import QuestionFileError, parse_questions, select_questions
 from mtpedge.bench.roofline import CallCost, Ceilings, call_cost, matmul_weights

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from mtpedge.bench.memory import RssMonitor
 from mtpedge.bench.report import validate_report
 from mtpedge.main import main

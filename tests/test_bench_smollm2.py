@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from mtpedge.bench.report import validate_report
 from mtpedge.main import main
 
