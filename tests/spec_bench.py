@@ -11,7 +11,8 @@ def question_file() -> Path:
     env = os.environ.get("MTPEDGE_SPEC_BENCH")
     candidates = [Path(env)] if env else []
     root = Path(__file__).resolve().parents[1]
-    candidates += [root.parent / "shared/data/spec_bench/question.jsonl"]
+    # shared/ lies beside the checkout (CI's clone, the main work tree) or beside a worktree's parent folder
+    candidates += [base / "shared/data/spec_bench/question.jsonl" for base in (root.parent, root.parent.parent)]
     for path in candidates:
         if path.is_file():
             return path

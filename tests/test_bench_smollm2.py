@@ -4,27 +4,20 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-from pathlib import Path
 
 import pytest
 
 from mtpedge.bench.report import validate_report
 from mtpedge.main import main
-
-ROOT = Path(__file__).resolve().parents[1]
-# the question file lies beside the repository (or beside a worktree's parent), or where $MTPEDGE_SPEC_BENCH says
-CANDIDATES = [Path(os.environ["MTPEDGE_SPEC_BENCH"])] if os.environ.get("MTPEDGE_SPEC_BENCH") else []
-CANDIDATES += [base / "shared" / "data" / "spec_bench" / "question.jsonl" for base in (ROOT.parent, ROOT.parent.parent)]
-QUESTIONS = next((p for p in CANDIDATES if p.is_file()), CANDIDATES[-1])
+from tests.spec_bench import question_file
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not QUESTIONS.is_file(), reason=f"no Spec-Bench question file at {QUESTIONS}")
 def test_bench_smollm2_with_peers(smollm2_bundle, tmp_path):
+    questions = question_file()
     peers = ["transformers"] + (["llama.cpp"] if importlib.util.find_spec("llama_cpp") else [])
     out = tmp_path / "bench"
-    code = main(["bench", "--bundle", str(smollm2_bundle), "--questions", str(QUESTIONS), "--categories", "writing",
+    code = main(["bench", "--bundle", str(smollm2_bundle), "--questions", str(questions), "--categories", "writing",
                  "--limit", "1", "--max-new-tokens", "24", "--methods", ",".join(["none", *peers]), "--no-sweep",
                  "--no-plots", "--out", str(out)])
     assert code == 0

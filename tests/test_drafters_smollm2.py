@@ -7,23 +7,20 @@ to a couple of minutes: one question from each of four categories (copy-friendly
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from mtpedge.runtime.drafters import make_drafter
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import generate
-
-QUESTIONS = Path("/work/shared/data/spec_bench/question.jsonl")
-
+from tests.spec_bench import question_file
 
 CATEGORIES = ("coding", "math_reasoning", "summarization", "qa")
 
 
 def one_question_per_category() -> list[str]:
     seen: dict[str, str] = {}
-    for line in QUESTIONS.read_text().splitlines():
+    for line in question_file().read_text().splitlines():
         q = json.loads(line)
         if q["category"] in CATEGORIES:
             seen.setdefault(q["category"], q["turns"][0])
@@ -31,7 +28,6 @@ def one_question_per_category() -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not QUESTIONS.is_file(), reason="Spec-Bench questions are not on this machine")
 def test_drafters_are_lossless_on_smollm2(smollm2_bundle):
     engine = Engine.load(smollm2_bundle)
     drafters = {
