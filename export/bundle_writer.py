@@ -25,6 +25,7 @@ from mtpedge.runtime.contract import DEFAULT_MASK_VALUE, graph_name
 from ..models.loading import LoadedModel, load_model
 from .onnx_graphs import SharedWeights, check_contract, trace_graph
 from .parity import graph_parity
+from .quantize_bundle import QuantConfig
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ class ExportConfig:
     decode_widths: tuple[int, ...] = (1, 16)
     mask_value: float = DEFAULT_MASK_VALUE
     check_parity: bool = True  # run each graph once against the PyTorch reference
+    quantization: QuantConfig | None = None  # None: float32 graphs; else quantized after the float export
     extras: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -97,10 +99,15 @@ def export_bundle(
     try:
         manifest = _write_contents(loaded, tmp, config, say)
         (tmp / MANIFEST).write_text(manifest.to_json())
-        _replace_folder(tmp, out_dir)
-    except BaseException:
+        if config.quantization is None:
+            _replace_folder(tmp, out_dir)
+        else:  # the float bundle is the quantizer's input and the quality report's reference
+            from .quantize_bundle import quantize_bundle
+
+            gguf = loaded.source if loaded.source.suffix == ".gguf" else None
+            quantize_bundle(tmp, out_dir, config.quantization, gguf, progress=say)
+    finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise
     say(f"bundle written to {out_dir} ({time.perf_counter() - started:.1f} s)")
     return out_dir
 

@@ -27,7 +27,6 @@ from mtpedge.runtime.bundle import MANIFEST, read_manifest
 from onnx import numpy_helper
 
 from .block_weights import BlockWeights, quantize_rtn
-from .bundle_writer import _replace_folder
 from .matmul_nbits import MatMulRewriter, weight_matmuls
 from .onnx_graphs import SharedWeights
 
@@ -167,7 +166,7 @@ def quantize_bundle(
     if source.by_content:
         say(f"read {len(source.by_content)} quantized GGUF tensors ({time.perf_counter() - started:.1f} s)")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".{out_dir.name}.partial-{os.getpid()}"
+    tmp = out_dir.parent / f".{out_dir.name}.quantizing-{os.getpid()}"  # not export's temporary name
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
@@ -195,6 +194,8 @@ def quantize_bundle(
             report = quality_report(tmp, src, progress=say)
             new = replace(new, extras={**new.extras, "quality": report})
             (tmp / MANIFEST).write_text(new.to_json())
+        from .bundle_writer import _replace_folder  # here: bundle_writer imports this module
+
         _replace_folder(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
