@@ -121,12 +121,12 @@ def quality_report(bundle: str | Path, reference: str | Path, progress: Callable
     del ref_logits, quant_logits
     for prompt in PROMPTS:
         prompt_ids = _prompt_ids(ref, prompt)
-        outs = [generate(e, prompt_ids, GREEDY_TOKENS, stop_token_ids=set()).token_ids for e in (ref, quant)]
+        outs = [generate(e, prompt_ids, GREEDY_TOKENS, stop_token_ids=set(), on_overflow="stop").token_ids for e in (ref, quant)]
         report["greedy_match"].append(_common_prefix(*outs))
     for name in sorted(DRAFTERS):
         taus = {}
         for label, engine in engines.items():
-            stats = [generate(engine, _prompt_ids(engine, p), GREEDY_TOKENS, stop_token_ids=set(),
+            stats = [generate(engine, _prompt_ids(engine, p), GREEDY_TOKENS, stop_token_ids=set(), on_overflow="stop",
                               drafter=make_drafter(name, engine)).stats for p in PROMPTS]
             accepted = sum(k * v for s in stats for k, v in s.accepted_histogram.items())
             taus[label] = round(1 + accepted / max(1, sum(s.decode_calls for s in stats)), 3)  # as tokens_per_call
