@@ -26,13 +26,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated slots of the decode graphs (default 1,16)")
     parser.add_argument("--no-parity-check", action="store_true", help="skip the per-graph check against PyTorch")
     add_precision_arguments(parser)
+    parser.add_argument("--target", choices=["cpu", "qnn"], default="cpu",
+                        help="qnn: compile the QDQ graphs into QNN context binaries for --soc (needs the qnn extra)")
+    parser.add_argument("--soc", help="the Snapdragon SoC for --target qnn, e.g. snapdragon-8-elite or sm8750")
 
 
 def add_precision_arguments(parser: argparse.ArgumentParser, with_auto: bool = True) -> None:
-    choices = (["auto"] if with_auto else []) + ["float32", "gguf", "int8", "int4"]
+    choices = (["auto"] if with_auto else []) + ["float32", "gguf", "int8", "int4", "qdq"]
     parser.add_argument("--precision", choices=choices, default=choices[0],
                         help="weights: gguf = the GGUF file's own 4/5/6/8-bit grid, exactly (MatMulNBits); "
-                             "int8/int4 = round-to-nearest blocks; auto = gguf for GGUF sources, else float32")
+                             "int8/int4 = round-to-nearest blocks; qdq = 16-bit activations, 8-bit weights for the "
+                             "Qualcomm HTP; auto = gguf for GGUF sources, else float32")
     parser.add_argument("--output-layer", choices=["same", "float32", "int8", "int4"], default="same",
                         help="precision of the output (lm_head) layer (default: same as --precision)")
     parser.add_argument("--block-size", type=int, default=32, help="int8/int4 block size (default 32)")
@@ -55,9 +59,25 @@ def quant_config(args: argparse.Namespace, is_gguf: bool):
     if precision == "gguf" and not is_gguf:
         raise ValueError("--precision gguf needs a GGUF source (its grid is what is kept): "
                          "use --precision int8 or int4 for a Hugging Face folder")
+    if precision == "qdq":
+        from mtpedge.export.qdq import QdqConfig
+
+        return QdqConfig()
     return QuantConfig(weights=precision, output_layer=args.output_layer, block_size=args.block_size,
                        accuracy_level=4 if args.int8_activations else 0,
                        quality_report=not args.no_quality_report)
+
+
+def target_soc(args: argparse.Namespace) -> str | None:
+    if args.target == "cpu":
+        if args.soc:
+            raise ValueError("--soc only applies to --target qnn")
+        return None
+    if not args.soc:
+        raise ValueError("--target qnn needs --soc NAME (e.g. snapdragon-8-elite)")
+    if args.precision == "auto":
+        args.precision = "qdq"
+    return args.soc
 
 
 def run(args: argparse.Namespace) -> int:
@@ -69,9 +89,10 @@ def run(args: argparse.Namespace) -> int:
                          f"{err.name} is missing): pip install 'mtpedge[export]'") from err
     out = args.out or default_bundle_dir(args.model, args.context)
     is_gguf = args.model is None or str(args.model).endswith(".gguf")  # the default model is a GGUF
+    soc = target_soc(args)  # first: --target qnn makes "auto" mean qdq
     config = ExportConfig(context=args.context, prefill_width=args.prefill_width,
                           decode_widths=args.decode_widths, check_parity=not args.no_parity_check,
-                          quantization=quant_config(args, is_gguf))
+                          quantization=quant_config(args, is_gguf), target_soc=soc)
     try:
         export_bundle(args.model, out, config, progress=print)
     except ModelLoadError as err:

@@ -9,6 +9,7 @@ import sys
 COMMANDS = {
     "export": ("mtpedge.export_cmd", "export a model (GGUF file or Hugging Face folder) to a bundle"),
     "quantize": ("mtpedge.quantize_cmd", "quantize the weights of an exported float32 bundle (with a quality report)"),
+    "compile-qnn": ("mtpedge.compile_qnn_cmd", "compile a QDQ bundle into QNN context binaries for a Snapdragon SoC"),
     "generate": ("mtpedge.generate_cmd", "generate a completion for one prompt"),
     "chat": ("mtpedge.chat_cmd", "interactive chat with streaming output"),
 }

@@ -1,4 +1,4 @@
-"""mtpedge quantize FLOAT_BUNDLE --out DIR [--precision gguf|int8|int4] [--gguf FILE] [--output-layer P]
+"""mtpedge quantize FLOAT_BUNDLE --out DIR [--precision gguf|int8|int4|qdq] [--gguf FILE] [--output-layer P]
 
 The same step `mtpedge export --precision` runs after tracing, applied to a float32 bundle already on disk.
 """
@@ -6,6 +6,7 @@ The same step `mtpedge export --precision` runs after tracing, applied to a floa
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from mtpedge.export_cmd import add_precision_arguments, quant_config
 
@@ -20,12 +21,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        from mtpedge.export.quantize_bundle import quantize_bundle
+        from mtpedge.export.precision import finish_bundle
     except ImportError as err:
         raise SystemExit(f"quantize needs the export extras ("
                          f"{err.name} is missing): pip install 'mtpedge[export]'") from err
     config = quant_config(args, is_gguf=args.gguf is not None)
     if config is None:
         raise ValueError("--precision float32 has nothing to do: the bundle is float32 already")
-    quantize_bundle(args.bundle, args.out, config, args.gguf, progress=print)
+    gguf = Path(args.gguf) if args.gguf else None
+    finish_bundle(Path(args.bundle), Path(args.out), config, None, gguf, progress=print)
     return 0

@@ -25,7 +25,7 @@ from mtpedge.runtime.contract import DEFAULT_MASK_VALUE, graph_name
 from ..models.loading import LoadedModel, load_model
 from .onnx_graphs import SharedWeights, check_contract, trace_graph
 from .parity import graph_parity
-from .quantize_bundle import QuantConfig
+from .precision import Precision
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,8 @@ class ExportConfig:
     decode_widths: tuple[int, ...] = (1, 16)
     mask_value: float = DEFAULT_MASK_VALUE
     check_parity: bool = True  # run each graph once against the PyTorch reference
-    quantization: QuantConfig | None = None  # None: float32 graphs; else quantized after the float export
+    quantization: Precision = None  # None: float32 graphs; else made from them (export/precision.py)
+    target_soc: str | None = None  # with a QdqConfig: compile QNN context binaries for this SoC
     extras: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -99,13 +100,13 @@ def export_bundle(
     try:
         manifest = _write_contents(loaded, tmp, config, say)
         (tmp / MANIFEST).write_text(manifest.to_json())
-        if config.quantization is None:
+        if config.quantization is None and config.target_soc is None:
             _replace_folder(tmp, out_dir)
         else:  # the float bundle is the quantizer's input and the quality report's reference
-            from .quantize_bundle import quantize_bundle
+            from .precision import finish_bundle
 
             gguf = loaded.source if loaded.source.suffix == ".gguf" else None
-            quantize_bundle(tmp, out_dir, config.quantization, gguf, progress=say)
+            finish_bundle(tmp, out_dir, config.quantization, config.target_soc, gguf, progress=say)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     say(f"bundle written to {out_dir} ({time.perf_counter() - started:.1f} s)")
