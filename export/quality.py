@@ -4,7 +4,7 @@
     top1_agreement  share of HELD_TEXT positions where both bundles' argmax agree (teacher forcing)
     greedy_match    per prompt, how many of the first GREEDY_TOKENS greedy tokens are equal before they diverge
     tau             tokens per call of every registered drafter, float vs quantized (greedy, same prompts)
-    latency_ms      median graph call at each decode width, both bundles interleaved in one process
+    latency_ms      median graph call at each graph width, both bundles interleaved in one process
 
 Both bundles run through the same Engine code the runtime uses, so the report measures what a user gets.
 """
@@ -134,7 +134,7 @@ def quality_report(bundle: str | Path, reference: str | Path, progress: Callable
         report["tau"][name] = {**taus, "change": round(taus["quantized"] - taus["float32"], 3)}
     if not DRAFTERS:
         report["tau_note"] = "no drafter is registered: tau not measured"
-    widths = sorted({g.width for g in ref.manifest.graphs if g.kind == "decode"})
+    widths = sorted({g.width for g in ref.manifest.graphs})
     for width in widths:
         report["latency_ms"][str(width)] = _latency_ms(engines, width)
     report["seconds"] = round(time.perf_counter() - started, 1)
