@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from mtpedge.bundles import default_bundle_dir
 
@@ -85,8 +86,9 @@ def run(args: argparse.Namespace) -> int:
         from mtpedge.export.bundle_writer import ExportConfig, export_bundle
         from mtpedge.models.loading import ModelLoadError
     except ImportError as err:
-        raise SystemExit(f"export needs the export extras ("
-                         f"{err.name} is missing): pip install 'mtpedge[export]'") from err
+        raise SystemExit(
+            f"export needs the export extras ({err.name} is missing): pip install 'mtpedge[export]'"
+        ) from err
     out = args.out or default_bundle_dir(args.model, args.context)
     is_gguf = args.model is None or str(args.model).endswith(".gguf")  # the default model is a GGUF
     soc = target_soc(args)  # first: --target qnn makes "auto" mean qdq
@@ -96,6 +98,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         export_bundle(args.model, out, config, progress=print)
     except ModelLoadError as err:
-        print(f"mtpedge export: error: {err}")
+        print(f"mtpedge export: error: {err}", file=sys.stderr)
         return 2
     return 0

@@ -13,8 +13,8 @@ import warnings
 from pathlib import Path
 
 import onnx
-from onnx import numpy_helper
 import torch
+from onnx import numpy_helper
 from onnx.external_data_helper import set_external_data
 
 from mtpedge.runtime.contract import GraphShape

@@ -94,7 +94,9 @@ def decoder_config_from_hf(hf_config: Any) -> DecoderConfig:
     except ValueError as err:
         raise ModelLoadError(f"unsupported rope scaling in the model config: {err}") from err
     if getattr(hf_config, "use_sliding_window", False):
-        raise ModelLoadError("sliding-window attention is not supported by the static graphs: disable it in config.json")
+        raise ModelLoadError(
+            "sliding-window attention is not supported by the static graphs: disable it in config.json"
+        )
     num_heads = hf_config.num_attention_heads
     head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // num_heads
     return DecoderConfig(
@@ -125,7 +127,10 @@ def decoder_from_state_dict(config: DecoderConfig, state: dict[str, torch.Tensor
     expected = decoder.state_dict()
     missing = sorted(set(expected) - set(state))
     if missing:
-        raise ModelLoadError(f"the checkpoint lacks {len(missing)} tensors (first: {missing[:3]}): it is damaged or of another architecture")
+        raise ModelLoadError(
+            f"the checkpoint lacks {len(missing)} tensors (first: {missing[:3]}): it is damaged or of another "
+            "architecture"
+        )
     for name, target in expected.items():
         source = state[name]
         if tuple(source.shape) != tuple(target.shape):
@@ -154,7 +159,9 @@ def _load_with_transformers(folder: Path, gguf_file: str | None) -> tuple[Any, A
     if not gguf_file:
         declared = set(getattr(hf_config, "architectures", None) or [])
         if declared and not declared & set(_HF_CLASSES):
-            raise ModelLoadError(f"architectures {sorted(declared)} are not supported (supported: {sorted(_HF_CLASSES)})")
+            raise ModelLoadError(
+                f"architectures {sorted(declared)} are not supported (supported: {sorted(_HF_CLASSES)})"
+            )
     try:
         hf_model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **kwargs)
         tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)

@@ -98,7 +98,7 @@ class Engine:
         return self.run_block(self.tree_embeddings(tree, slot_embeddings), tree.parents)
 
     def prefill(self, token_ids: list[int] | np.ndarray) -> np.ndarray:
-        """Run and commit `token_ids` after the cache's contents, in chunks of the widest graph.
+        """Run and commit `token_ids` after the cache's contents, in chunks of the prefill graph's width.
 
         Returns the logits of the last token (vocab,).
         """
@@ -110,7 +110,7 @@ class Engine:
                 f"the prompt has {tokens.size} tokens but only {self.cache.free} of the bundle's "
                 f"{self.context} context positions are free: shorten the prompt or export with a larger --context"
             )
-        chunk = self.graphs.max_width
+        chunk = self.graphs.prefill_width
         logits = None
         for start in range(0, tokens.size, chunk):
             part = tokens[start: start + chunk]

@@ -44,6 +44,11 @@ class GraphSet:
     def max_width(self) -> int:
         return self.entries[-1].width
 
+    @property
+    def prefill_width(self) -> int:
+        """Chunk size for prompts: the widest prefill graph (the widest graph if there is none)."""
+        return max((e.width for e in self.entries if e.kind == "prefill"), default=self.max_width)
+
     def entry_for(self, n: int, kind: str | None = None) -> GraphEntry:
         """The narrowest graph with at least n slots (of `kind` if given, else any)."""
         candidates = [e for e in self.entries if e.width >= n and (kind is None or e.kind == kind)]

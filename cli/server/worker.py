@@ -1,0 +1,161 @@
+"""The one engine behind the server: requests queue for a single worker thread that runs `generate`.
+
+An Engine (its KV cache, its sessions) serves one generation at a time, so every job runs on one thread in
+arrival order, off the event loop. A job streams events back to its request's asyncio queue; its `cancel`
+event (set when the client goes away, or by a stop string) is polled between decode steps, and a job
+cancelled while still waiting never touches the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from mtpedge.runtime.drafters import make_drafter
+from mtpedge.runtime.engine import Engine
+from mtpedge.runtime.generate import Drafter, generate
+from mtpedge.runtime.sampling import SamplingConfig
+from mtpedge.runtime.tokenizer import StreamDecoder
+
+from .protocol import ApiError
+from .stop_text import StopText
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)  # identity: a job is one request
+class Job:
+    prompt_ids: list[int]
+    max_tokens: int
+    sampling: SamplingConfig
+    stop: tuple[str, ...]
+    drafter: str
+    cancel: threading.Event = field(default_factory=threading.Event)
+    queued_at: float = field(default_factory=time.perf_counter)
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class Finished:
+    finish_reason: str  # "stop" (end token or stop string), "length", or "cancelled"
+    completion_tokens: int
+    stats: dict  # GenerationStats.to_dict() plus queue_s
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: Exception
+
+
+Event = TextDelta | Finished | Failed
+
+
+class EngineWorker:
+    """Owns the engine; `submit` queues a job and returns the asyncio queue its events arrive on."""
+
+    def __init__(self, engine: Engine, default_drafter: str = "none", max_queue: int = 64) -> None:
+        self.engine = engine
+        self.default_drafter = default_drafter
+        self.max_queue = max_queue
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mtpedge-engine")
+        self._drafters: dict[str, Drafter | None] = {}  # touched only on the worker thread
+        self._lock = threading.Lock()
+        self._waiting = 0
+        self._running = False
+        self._jobs: set[Job] = set()
+
+    @property
+    def waiting(self) -> int:
+        return self._waiting
+
+    @property
+    def busy(self) -> bool:
+        return self._running
+
+    def submit(self, job: Job) -> tuple[asyncio.Queue, Future]:
+        with self._lock:
+            if self._waiting >= self.max_queue:
+                raise ApiError(503, f"the server is busy: {self._waiting} requests are already waiting "
+                                    f"(--max-queue {self.max_queue}); retry later", kind="server_error",
+                               code="queue_full")
+            self._waiting += 1
+            self._jobs.add(job)
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue = asyncio.Queue()
+
+        def emit(event: Event) -> None:
+            try:
+                loop.call_soon_threadsafe(events.put_nowait, event)
+            except RuntimeError:  # the loop is closed: the server is shutting down
+                job.cancel.set()
+
+        future = self._executor.submit(self._run, job, emit)
+        future.add_done_callback(lambda f: self._forget(job, started=not f.cancelled()))
+        return events, future
+
+    def _forget(self, job: Job, started: bool) -> None:
+        with self._lock:
+            self._jobs.discard(job)
+            if not started:  # cancelled while waiting: _run never decremented the count
+                self._waiting -= 1
+
+    def shutdown(self) -> None:
+        with self._lock:
+            for job in self._jobs:
+                job.cancel.set()
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+    def _drafter(self, name: str) -> Drafter | None:
+        if name not in self._drafters:
+            self._drafters[name] = make_drafter(name, self.engine)
+        return self._drafters[name]
+
+    def _run(self, job: Job, emit: Callable[[Event], None]) -> None:
+        with self._lock:
+            self._waiting -= 1
+            self._running = True
+        queue_s = time.perf_counter() - job.queued_at
+        try:
+            if job.cancel.is_set():
+                emit(Finished("cancelled", 0, {"queue_s": round(queue_s, 4)}))
+                return
+            emit(self._generate(job, emit, queue_s))
+        except Exception as err:  # reported to the one request that caused it; the server keeps serving
+            log.exception("generation failed")
+            emit(Failed(err))
+        finally:
+            self._running = False
+
+    def _generate(self, job: Job, emit: Callable[[Event], None], queue_s: float) -> Finished:
+        tok = self.engine.tokenizer
+        decoder, matcher = StreamDecoder(tok), StopText(job.stop)
+
+        def on_tokens(ids: list[int]) -> None:
+            text, _ = matcher.push(decoder.push(ids))
+            if text:
+                emit(TextDelta(text))
+
+        result = generate(self.engine, job.prompt_ids, job.max_tokens, job.sampling, on_tokens=on_tokens,
+                          drafter=self._drafter(job.drafter), on_overflow="stop",
+                          should_stop=lambda: matcher.stopped or job.cancel.is_set())
+        if not matcher.stopped:
+            # text the stream decoder still held (an unfinished UTF-8 sequence at the very end), then the
+            # tail the stop matcher held back
+            full = tok.decode(result.token_ids)
+            rest = full[len(decoder.text):] if full.startswith(decoder.text) else ""
+            text = matcher.push(rest)[0] if rest else ""
+            text += matcher.flush()
+            if text:
+                emit(TextDelta(text))
+        reason = "stop" if matcher.stopped else result.stats.finish_reason
+        stats = {**result.stats.to_dict(), "finish_reason": reason, "queue_s": round(queue_s, 4)}
+        return Finished(reason, result.stats.new_tokens, stats)

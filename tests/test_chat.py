@@ -1,0 +1,159 @@
+"""mtpedge chat: multi-line input, commands, context-window management and Ctrl-C, on a tiny random model."""
+
+from __future__ import annotations
+
+import io
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from mtpedge.chat_cmd import read_message, repl
+from mtpedge.chat_session import ChatSession, ContextFullError
+from mtpedge.runtime.engine import Engine
+from mtpedge.runtime.generate import generate
+from mtpedge.runtime.sampling import SamplingConfig
+
+GREEDY = SamplingConfig()
+
+
+@pytest.fixture(scope="module")
+def bundle(tiny_bundle):
+    return tiny_bundle("llama")
+
+
+@pytest.fixture(scope="module")
+def engine(bundle):
+    return Engine.load(bundle)
+
+
+def scripted(lines: list[str]):
+    """An input() stand-in that returns `lines` in turn, then raises EOFError (Ctrl-D)."""
+    pending = list(lines)
+
+    def read(prompt: str) -> str:
+        if not pending:
+            raise EOFError
+        line = pending.pop(0)
+        if isinstance(line, BaseException):
+            raise line
+        return line
+
+    return read
+
+
+@pytest.mark.parametrize("lines, message", [
+    (["hello"], "hello"),
+    (["first \\", "second\\", "third"], "first \nsecond\nthird"),
+    (['"""', "a poem", "", "  indented", '"""'], "a poem\n\n  indented"),
+    (['"""start', 'end"""'], "start\nend"),
+    (['"""one line"""'], "one line"),
+])
+def test_multi_line_input(lines, message):
+    assert read_message(scripted(lines)) == message
+
+
+def greedy_reply(engine: Engine, messages: list[dict[str, str]], max_tokens: int) -> str:
+    ids = engine.tokenizer.encode_chat(messages)
+    return engine.tokenizer.decode(generate(engine, ids, max_tokens, on_overflow="stop").token_ids)
+
+
+def test_replies_continue_the_conversation(engine):
+    session = ChatSession(engine, GREEDY, 20, system="Be brief.")
+    shown = []
+    first = session.reply("Hi", shown.append)
+    assert "".join(shown) == first.text
+    expected = greedy_reply(engine, [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}], 20)
+    assert first.text == expected
+    second = session.reply("And then?")
+    history = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+               {"role": "assistant", "content": first.text}, {"role": "user", "content": "And then?"}]
+    assert second.text == greedy_reply(engine, history, 20)
+    assert len(session.history) == 4 and session.replies == 2
+    session.reset()
+    assert session.history == [] and session.context_used() == 0
+
+
+def test_the_oldest_exchanges_are_dropped_when_the_context_fills(engine):
+    session = ChatSession(engine, GREEDY, 40)
+    message = "word " * 12  # ~50 tokens here: three exchanges with replies outgrow the 256-token context
+    replies = [session.reply(f"{i} {message}") for i in range(5)]
+    dropped = [r.dropped_exchanges for r in replies]
+    assert dropped[0] == 0 and sum(dropped) >= 2
+    assert session.history[-2]["content"].startswith("4 ")
+    assert not session.history[0]["content"].startswith("0 ")
+    for reply in replies:  # each prompt left room for the whole reply
+        assert reply.stats.prompt_tokens + 40 <= engine.context and reply.stats.finish_reason != "cancelled"
+
+
+def test_the_chat_says_when_it_drops_turns_and_refuses_an_overlong_message(engine):
+    session = ChatSession(engine, GREEDY, 40)
+    status, _, err = run_repl(session, [f"{i} " + "word " * 12 for i in range(4)] + ["word " * 400, "/quit"])
+    assert status == 0
+    assert "(context: dropped the oldest 1 exchange(s) to fit the 256-token context)" in err
+    assert "(not sent: your message takes" in err and session.replies == 4
+
+
+def test_a_message_too_long_for_the_context_is_refused(engine):
+    session = ChatSession(engine, GREEDY, 8)
+    session.reply("short")
+    with pytest.raises(ContextFullError, match="context is 256"):
+        session.reply("word " * 400)
+    assert len(session.history) == 2  # the conversation is untouched
+
+
+def run_repl(session: ChatSession, lines: list, out=None) -> tuple[int, str, str]:
+    out = out or io.StringIO()
+    err = io.StringIO()
+    status = repl(session, scripted(lines), out, err)
+    return status, out.getvalue(), err.getvalue()
+
+
+def test_commands(engine):
+    session = ChatSession(engine, GREEDY, 10)
+    status, out, err = run_repl(session, ["hello", "/stats", "/drafter", "/drafter nonsense", "/drafter none",
+                                          "/system Speak like a pirate", "/system", "/bogus", "/reset", "/quit",
+                                          "never read"])
+    assert status == 0
+    assert "last reply: " in err and "session: 1 replies" in err
+    assert "1.00 tokens per decode call, drafter none" in err  # plain decoding: τ = 1
+    assert "drafter: none (available: none" in err
+    assert "unknown drafter 'nonsense'" in err and "(drafter: none)" in err
+    assert "system prompt: Speak like a pirate" in err and "unknown command /bogus" in err
+    assert session.history == [] and session.system == "Speak like a pirate"
+
+
+class InterruptingOutput(io.StringIO):
+    """Presses Ctrl-C (a real SIGINT to this process) when the reply's third piece is printed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pieces = 0
+
+    def write(self, text: str) -> int:
+        if text:
+            self.pieces += 1
+            if self.pieces == 3:
+                signal.raise_signal(signal.SIGINT)
+        return super().write(text)
+
+
+def test_ctrl_c_stops_the_reply_but_not_the_session(engine):
+    session = ChatSession(engine, GREEDY, 200)
+    status, out, err = run_repl(session, ["tell me everything", "/stats", KeyboardInterrupt(), "/quit"],
+                                InterruptingOutput())
+    assert status == 0
+    assert "(reply stopped; the part shown stays in the conversation)" in err
+    assert "(input cleared" in err  # Ctrl-C at the prompt clears the line and goes on
+    assert session.last.finish_reason == "cancelled" and session.last.new_tokens < 20
+    assert session.history[-1]["content"] and out.startswith(session.history[-1]["content"])
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler was put back
+
+
+def test_the_chat_command_end_to_end(bundle):
+    script = "Hello\n/stats\n/quit\n"
+    done = subprocess.run([sys.executable, "-m", "mtpedge", "chat", "--bundle", str(bundle),
+                           "--max-new-tokens", "8"], input=script, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "session: 1 replies, " in done.stderr and "context: " in done.stderr

@@ -1,0 +1,93 @@
+"""Choosing tokens (greedy, temperature, top-k, top-p) and verifying a tree against those choices."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mtpedge.runtime.sampling import Sampler, SamplingConfig, probabilities
+from mtpedge.runtime.tree import SLOT, DraftTree
+from mtpedge.runtime.verify import accepted_tokens, verify_tree
+
+
+def test_greedy_is_argmax_and_the_first_of_equal_maxima():
+    sampler = Sampler(SamplingConfig())
+    assert sampler.choose(np.array([0.1, 3.0, 3.0, -1.0])) == 1
+
+
+def test_top_k_keeps_only_the_k_best():
+    probs = probabilities(np.array([1.0, 4.0, 3.0, 2.0]), SamplingConfig(temperature=1.0, top_k=2))
+    assert (probs > 0).tolist() == [False, True, True, False]
+    assert probs.sum() == pytest.approx(1.0)
+
+
+def test_top_p_keeps_the_smallest_prefix_reaching_p():
+    logits = np.log(np.array([0.5, 0.3, 0.15, 0.05]))
+    probs = probabilities(logits, SamplingConfig(temperature=1.0, top_p=0.7))
+    np.testing.assert_allclose(probs, [0.5 / 0.8, 0.3 / 0.8, 0, 0])
+    probs = probabilities(logits, SamplingConfig(temperature=1.0, top_p=0.5))
+    np.testing.assert_allclose(probs, [1, 0, 0, 0])
+
+
+def test_temperature_sharpens_and_flattens():
+    logits = np.array([2.0, 1.0, 0.0])
+    cold = probabilities(logits, SamplingConfig(temperature=0.5))
+    hot = probabilities(logits, SamplingConfig(temperature=2.0))
+    assert cold[0] > probabilities(logits, SamplingConfig(temperature=1.0))[0] > hot[0]
+
+
+def test_seeded_sampling_repeats_and_follows_the_distribution():
+    logits = np.log(np.array([0.6, 0.3, 0.1]))
+    draws = [Sampler(SamplingConfig(temperature=1.0, seed=7)).choose(logits) for _ in range(3)]
+    assert len(set(draws)) == 1
+    sampler = Sampler(SamplingConfig(temperature=1.0, seed=1))
+    counts = np.bincount([sampler.choose(logits) for _ in range(6000)], minlength=3) / 6000
+    np.testing.assert_allclose(counts, [0.6, 0.3, 0.1], atol=0.03)
+
+
+@pytest.mark.parametrize("kwargs", [{"temperature": -1}, {"top_k": -2}, {"top_p": 0.0}, {"top_p": 1.5}])
+def test_bad_sampling_settings_are_refused(kwargs):
+    with pytest.raises(ValueError):
+        SamplingConfig(**kwargs)
+
+
+def one_hot_logits(choices, vocab=10):
+    logits = np.zeros((len(choices), vocab), dtype=np.float32)
+    logits[np.arange(len(choices)), choices] = 1.0
+    return logits
+
+
+def greedy(row):
+    return int(np.argmax(row))
+
+
+def test_verify_walks_the_matching_branch_and_returns_the_bonus_token():
+    #        root(5)
+    #       /       \
+    #     a(6)      b(7)
+    #     |          |
+    #     c(8)      d(9)
+    tree = DraftTree([5, 6, 7, 8, 9], [-1, 0, 0, 1, 2])
+    # the model picks 7 after root, 9 after b, then 3
+    logits = one_hot_logits([7, 0, 9, 0, 3])
+    path, bonus = verify_tree(tree, logits, greedy)
+    assert path == [0, 2, 4] and bonus == 3
+    assert accepted_tokens(tree, path).tolist() == [7, 9]
+
+
+def test_verify_rejects_at_the_first_mismatch():
+    tree = DraftTree([5, 6, 8], [-1, 0, 1])
+    path, bonus = verify_tree(tree, one_hot_logits([4, 8, 1]), greedy)
+    assert path == [0] and bonus == 4
+
+
+def test_verify_never_accepts_a_slot_node():
+    tree = DraftTree([5, SLOT, 6], [-1, 0, 0])
+    logits = one_hot_logits([0, 0, 2])  # argmax 0 after the root; SLOT is -1, never chosen, so no match
+    path, bonus = verify_tree(tree, logits, greedy)
+    assert path == [0] and bonus == 0
+
+
+def test_plain_decoding_is_verification_of_a_one_node_tree():
+    path, bonus = verify_tree(DraftTree.single(5), one_hot_logits([2]), greedy)
+    assert path == [0] and bonus == 2
