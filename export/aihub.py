@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+
 from mtpedge.runtime.bundle import Manifest, read_manifest
 
 log = logging.getLogger(__name__)

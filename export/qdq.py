@@ -21,8 +21,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import onnx
-from mtpedge.runtime.contract import new_key_name, new_value_name, past_key_name, past_value_name
 from onnx import helper, numpy_helper
+
+from mtpedge.runtime.contract import new_key_name, new_value_name, past_key_name, past_value_name
 
 log = logging.getLogger(__name__)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+
 from mtpedge.runtime.bundle import MANIFEST, read_manifest
 from mtpedge.runtime.contract import new_key_name, new_value_name
 from mtpedge.runtime.engine import Engine

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import onnx
 import onnxruntime as ort
+
 from mtpedge.runtime.bundle import MANIFEST, read_manifest
 from mtpedge.runtime.qnn import DISABLE_CPU_FALLBACK, qnn_devices, qnn_module
 

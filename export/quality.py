@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import generate
 
@@ -122,7 +123,8 @@ def quality_report(bundle: str | Path, reference: str | Path, progress: Callable
     del ref_logits, quant_logits
     for prompt in PROMPTS:
         prompt_ids = _prompt_ids(ref, prompt)
-        outs = [generate(e, prompt_ids, GREEDY_TOKENS, stop_token_ids=set(), on_overflow="stop").token_ids for e in (ref, quant)]
+        outs = [generate(e, prompt_ids, GREEDY_TOKENS, stop_token_ids=set(), on_overflow="stop").token_ids
+                for e in (ref, quant)]
         report["greedy_match"].append(_common_prefix(*outs))
     for name in sorted(DRAFTERS):
         taus = {}

@@ -23,8 +23,9 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from mtpedge.runtime.bundle import MANIFEST, read_manifest
 from onnx import numpy_helper
+
+from mtpedge.runtime.bundle import MANIFEST, read_manifest
 
 from .block_weights import BlockWeights, quantize_rtn
 from .matmul_nbits import MatMulRewriter, weight_matmuls

@@ -12,6 +12,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+
 from mtpedge.export.qdq import QDQ_MASK_VALUE, QdqConfig, fuse_rms_norms
 from mtpedge.export.qdq_bundle import qdq_bundle
 from mtpedge.export.quality import sequence_logits
@@ -95,7 +96,8 @@ def test_qnn_bundle_compiles_and_runs_with_its_stamps_checked(qdq_tiny, tmp_path
     out = compile_qnn_bundle(qdq_tiny, tmp_path / "qnn", "sm8750")
     manifest = read_manifest(out)
     target = manifest.extras["qnn"]
-    assert (target["htp_arch"], target["soc_model"]) == (79, 69) and len(target["context_binaries"]) == len(manifest.graphs)
+    assert (target["htp_arch"], target["soc_model"]) == (79, 69)
+    assert len(target["context_binaries"]) == len(manifest.graphs)
     for entry in manifest.graphs:  # compile_graph refuses partial placement; check the saved files too
         assert {n.op_type for n in onnx.load(str(out / entry.file), load_external_data=False).graph.node} == \
             {"EPContext"}

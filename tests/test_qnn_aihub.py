@@ -10,6 +10,7 @@ import json
 
 import onnx
 import pytest
+
 from mtpedge.export.aihub import HubDevice, build_jobs, explain_hub_error, submit_jobs
 from mtpedge.runtime.bundle import read_manifest
 

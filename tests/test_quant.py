@@ -7,13 +7,14 @@ import onnx
 import onnxruntime as ort
 import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, dequantize, quants
+from onnx import TensorProto, helper, numpy_helper
+
 from mtpedge.export.block_weights import BlockWeights, quantize_rtn
 from mtpedge.export.gguf_grid import FORMATS, decompose
 from mtpedge.export.matmul_nbits import MatMulRewriter, weight_matmuls
 from mtpedge.export.quantize_bundle import QuantConfig, quantize_bundle
 from mtpedge.runtime.bundle import read_manifest
 from mtpedge.runtime.engine import Engine
-from onnx import TensorProto, helper, numpy_helper
 
 Q = GGMLQuantizationType
 SIMPLE = [Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0]  # gguf-py can quantize these
@@ -102,9 +103,10 @@ def gguf_tiny(tmp_path_factory):
     """(float32 bundle, GGUF file holding its weights' grids) for a 2-layer LLaMA with 32-divisible sizes."""
     import gguf
     import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
     from mtpedge.export.bundle_writer import ExportConfig, export_bundle
     from mtpedge.models.tiny import tiny_tokenizer
-    from transformers import AutoModelForCausalLM, LlamaConfig
 
     folder = tmp_path_factory.mktemp("gguf_tiny")
     tokenizer = tiny_tokenizer()
