@@ -38,6 +38,16 @@ CALIBRATION_TEXTS = (
     "could not be broken. People came from far away to try, and every one of them went home surprised.",
     "Photosynthesis converts light energy into chemical energy: plants take in carbon dioxide and water and, "
     "using sunlight, produce glucose and oxygen. 1, 2, 3, 5, 8, 13, 21, 34, 55, 89.",
+    "<|im_start|>user\nHow do I keep basil alive indoors?<|im_end|>\n<|im_start|>assistant\nGive it the sunniest "
+    "window you have, at least six hours a day. Water when the top centimetre of soil is dry, never leave the pot "
+    "standing in water, and pinch off flower buds so the plant keeps making leaves. Rotate the pot every few days "
+    "so it grows evenly, and harvest from the top to make it bushier.<|im_end|>\n",
+    "The meeting was moved to Thursday at 3 pm because the projector in room 204 is broken. Please bring the "
+    "quarterly figures: revenue rose 12% to 4.2 million, costs fell by 3%, and the new office in Lyon opened on "
+    "the first of June. Questions about travel expenses go to Maria before Wednesday evening.",
+    "SELECT name, COUNT(*) AS orders FROM customers JOIN orders ON orders.customer_id = customers.id "
+    "WHERE orders.created_at >= '2024-01-01' GROUP BY name HAVING COUNT(*) > 3 ORDER BY orders DESC;\n"
+    "for (int i = 0; i < n; ++i) { sum += values[i] * weights[i]; }\n",
 )
 
 
