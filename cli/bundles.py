@@ -13,13 +13,15 @@ def cache_root() -> Path:
     return Path(os.environ.get("MTPEDGE_CACHE", Path.home() / ".cache" / "mtpedge"))
 
 
-def default_bundle_dir(model: str | None, context: int) -> Path:
+def default_bundle_dir(model: str | None, context: int, precision: str | None = None) -> Path:
+    """The cache folder of a model's bundle; `precision` labels a quantized one (None = float32)."""
     if model is None:
         name = "SmolLM2-135M-Instruct"
     else:
         path = Path(model).resolve()
         name = f"{path.stem}-{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
-    return cache_root() / "bundles" / f"{name}-cl{context}"
+    suffix = f"-{precision}" if precision else ""
+    return cache_root() / "bundles" / f"{name}-cl{context}{suffix}"
 
 
 def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print) -> Path:

@@ -1,4 +1,4 @@
-"""mtpedge export [MODEL] [--out DIR] [--context C] [--prefill-width N] [--decode-widths 1,16]"""
+"""mtpedge export [MODEL] [--out DIR] [--context C] [--prefill-width N] [--decode-widths 1,16] [--precision P]"""
 
 from __future__ import annotations
 
@@ -26,6 +26,59 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--decode-widths", type=parse_widths, default=(1, 16),
                         help="comma-separated slots of the decode graphs (default 1,16)")
     parser.add_argument("--no-parity-check", action="store_true", help="skip the per-graph check against PyTorch")
+    add_precision_arguments(parser)
+    parser.add_argument("--target", choices=["cpu", "qnn"], default="cpu",
+                        help="qnn: compile the QDQ graphs into QNN context binaries for --soc (needs the qnn extra)")
+    parser.add_argument("--soc", help="the Snapdragon SoC for --target qnn, e.g. snapdragon-8-elite or sm8750")
+
+
+def add_precision_arguments(parser: argparse.ArgumentParser, with_auto: bool = True) -> None:
+    choices = (["auto"] if with_auto else []) + ["float32", "gguf", "int8", "int4", "qdq"]
+    parser.add_argument("--precision", choices=choices, default=choices[0],
+                        help="weights: gguf = the GGUF file's own 4/5/6/8-bit grid, exactly (MatMulNBits); "
+                             "int8/int4 = round-to-nearest blocks; qdq = 16-bit activations, 8-bit weights for the "
+                             "Qualcomm HTP; auto = gguf for GGUF sources, else float32")
+    parser.add_argument("--output-layer", choices=["same", "float32", "int8", "int4"], default="same",
+                        help="precision of the output (lm_head) layer (default: same as --precision)")
+    parser.add_argument("--block-size", type=int, default=32, help="int8/int4 block size (default 32)")
+    parser.add_argument("--int8-activations", action="store_true",
+                        help="4-bit blocks multiply int8-quantized activations (MatMulNBits accuracy_level 4): "
+                             "faster on CPU, slightly less exact")
+    parser.add_argument("--no-quality-report", action="store_true",
+                        help="skip the perplexity / top-1 / latency comparison with the float graphs")
+
+
+def quant_config(args: argparse.Namespace, is_gguf: bool):
+    """The QuantConfig the precision options ask for, or None for float32 graphs."""
+    from mtpedge.export.quantize_bundle import QuantConfig
+
+    precision = args.precision
+    if precision == "auto":
+        precision = "gguf" if is_gguf else "float32"
+    if precision == "float32":
+        return None
+    if precision == "gguf" and not is_gguf:
+        raise ValueError("--precision gguf needs a GGUF source (its grid is what is kept): "
+                         "use --precision int8 or int4 for a Hugging Face folder")
+    if precision == "qdq":
+        from mtpedge.export.qdq import QdqConfig
+
+        return QdqConfig()
+    return QuantConfig(weights=precision, output_layer=args.output_layer, block_size=args.block_size,
+                       accuracy_level=4 if args.int8_activations else 0,
+                       quality_report=not args.no_quality_report)
+
+
+def target_soc(args: argparse.Namespace) -> str | None:
+    if args.target == "cpu":
+        if args.soc:
+            raise ValueError("--soc only applies to --target qnn")
+        return None
+    if not args.soc:
+        raise ValueError("--target qnn needs --soc NAME (e.g. snapdragon-8-elite)")
+    if args.precision == "auto":
+        args.precision = "qdq"
+    return args.soc
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,9 +89,17 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(
             f"export needs the export extras ({err.name} is missing): pip install 'mtpedge[export]'"
         ) from err
-    out = args.out or default_bundle_dir(args.model, args.context)
+    is_gguf = args.model is None or str(args.model).endswith(".gguf")  # the default model is a GGUF
+    soc = target_soc(args)  # first: --target qnn makes "auto" mean qdq
+    quantization = quant_config(args, is_gguf)
+    # the cache folder names what it holds, so a quantized export never stands in for the float bundle
+    # that `generate`/`chat` export for themselves (and compare against)
+    kind = None if quantization is None else getattr(quantization, "weights", "qdq")
+    label = f"{kind}-{soc}" if kind and soc else kind
+    out = args.out or default_bundle_dir(args.model, args.context, label)
     config = ExportConfig(context=args.context, prefill_width=args.prefill_width,
-                          decode_widths=args.decode_widths, check_parity=not args.no_parity_check)
+                          decode_widths=args.decode_widths, check_parity=not args.no_parity_check,
+                          quantization=quantization, target_soc=soc)
     try:
         export_bundle(args.model, out, config, progress=print)
     except ModelLoadError as err:

@@ -8,6 +8,9 @@ import sys
 
 COMMANDS = {
     "export": ("mtpedge.export_cmd", "export a model (GGUF file or Hugging Face folder) to a bundle"),
+    "quantize": ("mtpedge.quantize_cmd", "quantize the weights of an exported float32 bundle (with a quality report)"),
+    "compile-qnn": ("mtpedge.compile_qnn_cmd", "compile a QDQ bundle into QNN context binaries for a Snapdragon SoC"),
+    "hub": ("mtpedge.hub_cmd", "Qualcomm AI Hub jobs (compile, profile, inference) for a QDQ bundle"),
     "generate": ("mtpedge.generate_cmd", "generate a completion for one prompt"),
     "chat": ("mtpedge.chat_cmd", "interactive chat with streaming output"),
     "serve": ("mtpedge.serve_cmd", "OpenAI-compatible local HTTP server (/v1/chat/completions, /v1/completions)"),

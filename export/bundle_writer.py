@@ -25,6 +25,7 @@ from mtpedge.runtime.contract import DEFAULT_MASK_VALUE, graph_name
 from ..models.loading import LoadedModel, load_model
 from .onnx_graphs import SharedWeights, check_contract, trace_graph
 from .parity import graph_parity
+from .precision import Precision
 from .tree_templates import tree_template_extras
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,8 @@ class ExportConfig:
     mask_value: float = DEFAULT_MASK_VALUE
     check_parity: bool = True  # run each graph once against the PyTorch reference
     tree_templates: bool = True  # write the static ESP tree layouts of each decode width (extras)
+    quantization: Precision = None  # None: float32 graphs; else made from them (export/precision.py)
+    target_soc: str | None = None  # with a QdqConfig: compile QNN context binaries for this SoC
     extras: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -99,10 +102,15 @@ def export_bundle(
     try:
         manifest = _write_contents(loaded, tmp, config, say)
         (tmp / MANIFEST).write_text(manifest.to_json())
-        _replace_folder(tmp, out_dir)
-    except BaseException:
+        if config.quantization is None and config.target_soc is None:
+            _replace_folder(tmp, out_dir)
+        else:  # the float bundle is the quantizer's input and the quality report's reference
+            from .precision import finish_bundle
+
+            gguf = loaded.source if loaded.source.suffix == ".gguf" else None
+            finish_bundle(tmp, out_dir, config.quantization, config.target_soc, gguf, progress=say)
+    finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise
     say(f"bundle written to {out_dir} ({time.perf_counter() - started:.1f} s)")
     return out_dir
 

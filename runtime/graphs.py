@@ -12,6 +12,7 @@ import onnxruntime as ort
 
 from .bundle import BundleError, GraphEntry, Manifest
 from .contract import new_key_name, new_value_name
+from .qnn import DISABLE_CPU_FALLBACK, QNN_EP, add_qnn_provider, check_qnn_bundle
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,7 @@ class GraphSet:
         self.threads = threads
         self.providers = providers or ["CPUExecutionProvider"]
         self.session_options = session_options or {}
+        check_qnn_bundle(manifest, self.providers)
         self._sessions: dict[str, ort.InferenceSession] = {}
         self.num_layers = manifest.config.num_layers
 
@@ -68,9 +70,14 @@ class GraphSet:
                 opts.inter_op_num_threads = 1
             for key, value in self.session_options.items():
                 opts.add_session_config_entry(key, value)
+            providers = self.providers
+            if QNN_EP in providers:  # a plugin EP: chosen by device in the options, not by name
+                add_qnn_provider(opts, self.manifest, allow_cpu_fallback=self.session_options.get(
+                    DISABLE_CPU_FALLBACK) == "0")
+                providers = None
             started = time.perf_counter()
             try:
-                sess = ort.InferenceSession(str(self.folder / entry.file), opts, providers=self.providers)
+                sess = ort.InferenceSession(str(self.folder / entry.file), opts, providers=providers)
             except Exception as err:  # onnxruntime raises its own exception types
                 raise BundleError(f"onnxruntime cannot load {entry.file}: {err}; re-run `mtpedge export`") from err
             self._check_io(entry, sess)

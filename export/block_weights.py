@@ -1,0 +1,88 @@
+"""Block-quantized matrices in the layout of onnxruntime's `MatMulNBits`, and round-to-nearest quantizers.
+
+A `BlockWeights` holds W (N outputs x K inputs) as integer codes u with one scale per block of
+`block_size` inputs, dequantized as
+
+    w[n, k] = scale[n, b] * (u[n, k] - zero) + offset[n, b]        b = k // block_size, zero = 2**(bits-1)
+
+`zero` is MatMulNBits' default zero point (no zero-point input: its fast path). `offset` (None when all
+zero) carries a per-block minimum, as in GGUF Q4_1 / Q4_K; the graph adds it as blocksum(x) @ offset,
+because MatMulNBits with float zero points is 10x slower on CPU (environment.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+SUPPORTED_BITS = (4, 8)
+
+
+@dataclass(frozen=True)
+class BlockWeights:
+    codes: np.ndarray  # (N, K) uint8, each in [0, 2**bits)
+    scales: np.ndarray  # (N, K // block_size) float32
+    offsets: np.ndarray | None  # (N, K // block_size) float32, or None
+    bits: int
+    block_size: int
+    source: str  # how it was made, e.g. "gguf:Q4_1" or "rtn"
+
+    def __post_init__(self) -> None:
+        n, k = self.codes.shape
+        if self.bits not in SUPPORTED_BITS:
+            raise ValueError(f"MatMulNBits codes must be 4 or 8 bits, got {self.bits}")
+        if k % self.block_size:
+            raise ValueError(f"K = {k} is not a multiple of the block size {self.block_size}")
+        blocks = (n, k // self.block_size)
+        if self.scales.shape != blocks or (self.offsets is not None and self.offsets.shape != blocks):
+            raise ValueError(f"scales/offsets must have shape {blocks}, got {self.scales.shape}")
+        if int(self.codes.max(initial=0)) >= 1 << self.bits:
+            raise ValueError(f"a code exceeds {self.bits} bits")
+
+    @property
+    def zero(self) -> int:
+        return 1 << (self.bits - 1)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.codes.shape
+
+    def dequantize(self) -> np.ndarray:
+        """(N, K) float32, computed as the graph computes it."""
+        n, k = self.codes.shape
+        blocks = self.codes.reshape(n, -1, self.block_size).astype(np.float32) - self.zero
+        w = blocks * self.scales[:, :, None]
+        if self.offsets is not None:
+            w = w + self.offsets[:, :, None]
+        return w.reshape(n, k)
+
+    def packed(self) -> np.ndarray:
+        """MatMulNBits input B: (N, K // block_size, block_size * bits // 8) uint8, low nibble first."""
+        n, k = self.codes.shape
+        codes = self.codes.reshape(n, k // self.block_size, self.block_size)
+        if self.bits == 8:
+            return np.ascontiguousarray(codes)
+        return np.ascontiguousarray(codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8)
+
+    @property
+    def nbytes(self) -> int:
+        extra = 0 if self.offsets is None else self.offsets.nbytes
+        return self.codes.size * self.bits // 8 + self.scales.nbytes + extra
+
+
+def quantize_rtn(weight: np.ndarray, bits: int, block_size: int = 32) -> BlockWeights:
+    """Symmetric round-to-nearest block quantization of a float (N, K) matrix (one absmax scale per block)."""
+    if bits not in SUPPORTED_BITS:
+        raise ValueError(f"bits must be one of {SUPPORTED_BITS}, got {bits}")
+    n, k = weight.shape
+    if k % block_size:
+        raise ValueError(f"K = {k} is not a multiple of the block size {block_size}: choose a divisor of {k}")
+    zero = 1 << (bits - 1)
+    qmax = zero - 1  # symmetric: codes in [zero - qmax, zero + qmax]
+    blocks = weight.astype(np.float32).reshape(n, k // block_size, block_size)
+    scales = np.abs(blocks).max(axis=-1) / qmax
+    safe = np.where(scales == 0, 1.0, scales)
+    q = np.clip(np.rint(blocks / safe[..., None]), -qmax, qmax)
+    codes = (q + zero).astype(np.uint8).reshape(n, k)
+    return BlockWeights(codes, scales.astype(np.float32), None, bits, block_size, f"rtn{bits}")

@@ -1,0 +1,106 @@
+"""Rewrite a traced graph's weight MatMuls as onnxruntime `MatMulNBits` nodes over `BlockWeights`.
+
+    y = x @ W                       (x: (1, T, K), W: (K, N) float initializer)
+ -> y = MatMulNBits(x, codes, scales)                                 zero point = default (fast path)
+      [+ MatMul(ReduceSum(Reshape(x, (1, T, K/bs, bs)), -1), offsets)]  only when the grid has minima
+
+The block sums of an input are computed once and shared by every MatMul reading it (q/k/v, gate/up).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from .block_weights import BlockWeights
+
+MS_DOMAIN = "com.microsoft"
+
+
+@dataclass(frozen=True)
+class WeightMatMul:
+    node: onnx.NodeProto
+    weight_name: str  # the float (K, N) initializer
+    is_output_layer: bool  # produces the graph's logits
+
+
+def weight_matmuls(model: onnx.ModelProto, output_name: str = "logits") -> list[WeightMatMul]:
+    """MatMul nodes whose second input is a 2-D float initializer (the decoder's Linear layers)."""
+    inits = {t.name: t for t in model.graph.initializer}
+    found = []
+    for node in model.graph.node:
+        if node.op_type != "MatMul" or node.input[1] not in inits:
+            continue
+        tensor = inits[node.input[1]]
+        if len(tensor.dims) == 2 and tensor.data_type == onnx.TensorProto.FLOAT:
+            found.append(WeightMatMul(node, node.input[1], output_name in node.output))
+    return found
+
+
+class MatMulRewriter:
+    """Replaces MatMul nodes of one graph in place; call `finish()` once after the last replacement."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self.model = model
+        self.graph = model.graph
+        self._block_sums: dict[tuple[str, int], str] = {}
+        self._new_nodes: dict[str, list[onnx.NodeProto]] = {}  # original node's output -> replacement nodes
+        self._new_inits: list[onnx.TensorProto] = []
+
+    def replace(self, node: onnx.NodeProto, weights: BlockWeights, accuracy_level: int = 0) -> None:
+        n, k = weights.shape
+        base = node.input[1]
+        x, y = node.input[0], node.output[0]
+        codes_name, scales_name = f"{base}.q{weights.bits}", f"{base}.scales"
+        self._new_inits += [numpy_helper.from_array(weights.packed(), codes_name),
+                            numpy_helper.from_array(weights.scales.reshape(-1), scales_name)]
+        nbits_out = y if weights.offsets is None else f"{y}.blocks"
+        nodes = [helper.make_node(
+            "MatMulNBits", [x, codes_name, scales_name], [nbits_out], name=f"{node.name or y}.nbits",
+            domain=MS_DOMAIN, K=k, N=n, bits=weights.bits, block_size=weights.block_size,
+            accuracy_level=accuracy_level)]
+        if weights.offsets is not None:
+            offsets_name = f"{base}.offsets"
+            self._new_inits.append(numpy_helper.from_array(np.ascontiguousarray(weights.offsets.T), offsets_name))
+            sums = self._block_sum(x, k, weights.block_size, nodes)
+            nodes += [helper.make_node("MatMul", [sums, offsets_name], [f"{y}.minima"], name=f"{y}.minima"),
+                      helper.make_node("Add", [nbits_out, f"{y}.minima"], [y], name=f"{y}.add_minima")]
+        self._new_nodes[node.output[0]] = nodes
+
+    def _block_sum(self, x: str, k: int, block_size: int, nodes: list[onnx.NodeProto]) -> str:
+        key = (x, block_size)
+        if key not in self._block_sums:
+            shape_name, axes_name, out = f"{x}.blockshape{block_size}", f"{x}.lastaxis", f"{x}.blocksum{block_size}"
+            self._new_inits += [numpy_helper.from_array(np.array([0, 0, k // block_size, block_size], np.int64),
+                                                        shape_name),
+                                numpy_helper.from_array(np.array([-1], np.int64), axes_name)]
+            nodes += [helper.make_node("Reshape", [x, shape_name], [f"{out}.blocks"], name=f"{out}.reshape"),
+                      helper.make_node("ReduceSum", [f"{out}.blocks", axes_name], [out], name=out, keepdims=0)]
+            self._block_sums[key] = out
+        return self._block_sums[key]
+
+    def finish(self) -> None:
+        """Splice the replacements in (keeping topological order) and drop initializers nothing reads."""
+        nodes = []
+        for node in self.graph.node:
+            nodes += [_copy(n) for n in self._new_nodes.get(node.output[0], [node])]
+        del self.graph.node[:]
+        self.graph.node.extend(nodes)
+        names = {t.name for t in self.graph.initializer}
+        self.graph.initializer.extend(t for t in self._new_inits if t.name not in names)
+        used = {name for node in self.graph.node for name in node.input}
+        kept = [_copy(t) for t in self.graph.initializer if t.name in used]
+        del self.graph.initializer[:]
+        self.graph.initializer.extend(kept)
+        if not any(o.domain == MS_DOMAIN for o in self.model.opset_import):
+            self.model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
+
+
+def _copy(message):
+    """A detached copy: elements of a protobuf repeated field must not outlive its clearing."""
+    clone = type(message)()
+    clone.CopyFrom(message)
+    return clone

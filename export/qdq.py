@@ -1,0 +1,210 @@
+"""Static QDQ quantization of a float32 bundle for the Qualcomm HTP: 16-bit activations, 8-bit weights.
+
+Recipe (each step is a measured fix, environment.md):
+  - every RMSNorm becomes one `SimplifiedLayerNormalization` node: written as pow/mean/rsqrt, the HTP's
+    16-bit Reciprocal is wrong for small inputs and the logits decorrelate (0.69);
+  - calibration runs the float bundle through the runtime's own Engine on CALIBRATION_TEXTS, with the mask
+    value set to QDQ_MASK_VALUE (-1e9 in the calibration ruins even the CPU QDQ graph); the bundle then
+    records that mask value, so the host builds the same biases it was calibrated with;
+  - known ranges are fixed rather than observed: rope tables [-1, 1], bias [mask, 0];
+  - each layer's past_key / new_key (and value) pair gets ONE range, the union of both observed ranges, so a
+    new entry the host copies into the cache is quantized on the same grid it came out on;
+  - weights: 8-bit per output channel, symmetric (per-tensor 8-bit changed greedy output from the first token).
+Graph I/O stays float32: the QNN EP (or the CPU) quantizes at the boundary with the recorded encodings,
+which the manifest carries per graph.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from mtpedge.runtime.contract import new_key_name, new_value_name, past_key_name, past_value_name
+
+log = logging.getLogger(__name__)
+
+QDQ_MASK_VALUE = -100.0
+QDQ_OPSET = 21  # SimplifiedLayerNormalization in the default domain; set by hand (the quantizer's upgrade fails)
+CALIBRATION_TEXTS = (
+    "<|im_start|>user\nWhat is the capital of France? Answer in one sentence.<|im_end|>\n<|im_start|>assistant\n"
+    "The capital of France is Paris, which is also its largest city.<|im_end|>\n",
+    "<|im_start|>user\nWrite a Python function that reverses a string.<|im_end|>\n<|im_start|>assistant\n"
+    "def reverse(text):\n    return text[::-1]\n\nprint(reverse('hello'))  # olleh<|im_end|>\n",
+    "Once upon a time, in a village at the edge of a great forest, there lived a carpenter who made chairs that "
+    "could not be broken. People came from far away to try, and every one of them went home surprised.",
+    "Photosynthesis converts light energy into chemical energy: plants take in carbon dioxide and water and, "
+    "using sunlight, produce glucose and oxygen. 1, 2, 3, 5, 8, 13, 21, 34, 55, 89.",
+    "<|im_start|>user\nHow do I keep basil alive indoors?<|im_end|>\n<|im_start|>assistant\nGive it the sunniest "
+    "window you have, at least six hours a day. Water when the top centimetre of soil is dry, never leave the pot "
+    "standing in water, and pinch off flower buds so the plant keeps making leaves. Rotate the pot every few days "
+    "so it grows evenly, and harvest from the top to make it bushier.<|im_end|>\n",
+    "The meeting was moved to Thursday at 3 pm because the projector in room 204 is broken. Please bring the "
+    "quarterly figures: revenue rose 12% to 4.2 million, costs fell by 3%, and the new office in Lyon opened on "
+    "the first of June. Questions about travel expenses go to Maria before Wednesday evening.",
+    "SELECT name, COUNT(*) AS orders FROM customers JOIN orders ON orders.customer_id = customers.id "
+    "WHERE orders.created_at >= '2024-01-01' GROUP BY name HAVING COUNT(*) > 3 ORDER BY orders DESC;\n"
+    "for (int i = 0; i < n; ++i) { sum += values[i] * weights[i]; }\n",
+)
+
+
+@dataclass(frozen=True)
+class QdqConfig:
+    activation_bits: int = 16
+    weight_bits: int = 8
+    per_channel: bool = True
+    mask_value: float = QDQ_MASK_VALUE
+    samples_per_graph: int = 12  # calibration calls per graph width
+
+    def __post_init__(self) -> None:
+        if self.activation_bits not in (8, 16) or self.weight_bits not in (4, 8):
+            raise ValueError(f"QDQ supports 8/16-bit activations and 4/8-bit weights, got a{self.activation_bits}"
+                             f"w{self.weight_bits}")
+        if self.mask_value >= 0 or self.mask_value < -1e4:
+            raise ValueError(f"the QDQ mask value must be a negative number of moderate size (about -100): "
+                             f"{self.mask_value} would take the whole 16-bit range of the bias")
+
+    @property
+    def label(self) -> str:
+        return f"qdq-a{self.activation_bits}w{self.weight_bits}"
+
+
+def fuse_rms_norms(model: onnx.ModelProto) -> int:
+    """Replace x * (1 / sqrt(mean(x^2) + eps)) * w (as traced) by SimplifiedLayerNormalization(x, w); returns count."""
+    graph = model.graph
+    producer = {out: node for node in graph.node for out in node.output}
+    consts = {t.name: numpy_helper.to_array(t) for t in graph.initializer if not t.dims}
+    for node in graph.node:
+        if node.op_type == "Constant":
+            consts[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+    fused, dead = [], set()
+    for mul_w in graph.node:
+        # Mul(Mul(x, Div(1, Sqrt(Add(ReduceMean(Pow(x, 2)), eps)))), weight)
+        if mul_w.op_type != "Mul" or mul_w.input[0] not in producer:
+            continue
+        mul_x = producer[mul_w.input[0]]
+        if mul_x.op_type != "Mul" or mul_x.input[1] not in producer:
+            continue
+        chain, name = [], mul_x.input[1]
+        for op in ("Div", "Sqrt", "Add", "ReduceMean", "Pow"):
+            node = producer.get(name)
+            if node is None or node.op_type != op:
+                break
+            chain.append(node)
+            name = node.input[1] if op == "Div" else node.input[0]
+        else:
+            div, _, add, _, pow_ = chain
+            x = mul_x.input[0]
+            if pow_.input[0] != x or float(consts.get(div.input[0], np.nan)) != 1.0:
+                continue
+            eps = float(consts[add.input[1]])
+            fused.append((mul_w, helper.make_node("SimplifiedLayerNormalization", [x, mul_w.input[1]],
+                                                  [mul_w.output[0]], name=f"{mul_w.name}.rmsnorm", axis=-1,
+                                                  epsilon=eps, stash_type=1)))
+            dead.update(id_ for id_ in (mul_x.output[0], *[n.output[0] for n in chain]))
+    if not fused:
+        return 0
+    replacement = {mul_w.output[0]: new for mul_w, new in fused}
+    nodes = []
+    for node in graph.node:
+        if node.output[0] in dead:
+            continue
+        nodes.append(replacement.get(node.output[0], node))
+    clones = []
+    for node in nodes:
+        clone = onnx.NodeProto()
+        clone.CopyFrom(node)
+        clones.append(clone)
+    del graph.node[:]
+    graph.node.extend(clones)
+    _drop_unused_constants(graph)
+    for opset in model.opset_import:
+        if opset.domain in ("", "ai.onnx"):
+            opset.version = QDQ_OPSET
+    return len(fused)
+
+
+def _drop_unused_constants(graph: onnx.GraphProto) -> None:
+    used = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
+    keep = [n for n in graph.node if n.op_type != "Constant" or n.output[0] in used]
+    if len(keep) != len(graph.node):
+        clones = []
+        for node in keep:
+            clone = onnx.NodeProto()
+            clone.CopyFrom(node)
+            clones.append(clone)
+        del graph.node[:]
+        graph.node.extend(clones)
+
+
+MOVES_DATA = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity"}  # the quantizer shares their encodings
+
+
+def data_movement_chain(model: onnx.ModelProto, name: str) -> list[str]:
+    """`name` and the tensors that only move its data: producers back from an output, consumers on from an input.
+
+    The quantizer gives such tensors one shared encoding, decided at the chain's far end; an override must
+    therefore name every tensor of the chain to take effect.
+    """
+    producer = {out: node for node in model.graph.node for out in node.output}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for tensor in node.input:
+            consumers.setdefault(tensor, []).append(node)
+    chain = [name]
+    node = producer.get(name)
+    while node is not None and node.op_type in MOVES_DATA:  # backwards from a graph output
+        chain.append(node.input[0])
+        node = producer.get(node.input[0])
+    frontier = [name]
+    while frontier:  # forwards from a graph input
+        for node in consumers.get(frontier.pop(), []):
+            if node.op_type in MOVES_DATA:
+                chain.append(node.output[0])
+                frontier.append(node.output[0])
+    return chain
+
+
+def tied_kv_overrides(model: onnx.ModelProto, ranges: dict[str, tuple[float, float]],
+                      num_layers: int) -> dict[str, list[dict]]:
+    """One (rmin, rmax) per layer's key pair and value pair: the union of the cache input and the new output."""
+    overrides = {}
+    for layer in range(num_layers):
+        for past, new in ((past_key_name(layer), new_key_name(layer)), (past_value_name(layer), new_value_name(layer))):
+            lo = min(ranges[past][0], ranges[new][0], 0.0)
+            hi = max(ranges[past][1], ranges[new][1], 0.0)
+            for tensor in data_movement_chain(model, past) + data_movement_chain(model, new):
+                overrides[tensor] = [{"rmin": np.float32(lo), "rmax": np.float32(hi)}]
+    return overrides
+
+
+def io_encodings(model: onnx.ModelProto) -> dict[str, dict]:
+    """scale / zero point / type of each graph input's QuantizeLinear and each output's DequantizeLinear."""
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer if t.data_location != 1}
+    inputs = {i.name for i in model.graph.input}
+    outputs = {o.name for o in model.graph.output}
+    origin = {}  # tensor moved from a graph input -> that input
+    for name in inputs:
+        for tensor in data_movement_chain(model, name):
+            origin.setdefault(tensor, name)
+    found = {}
+    for node in model.graph.node:
+        io = None
+        if node.op_type == "QuantizeLinear" and node.input[0] in origin:
+            io = origin[node.input[0]]
+        elif node.op_type == "DequantizeLinear" and node.output[0] in outputs:
+            io = node.output[0]
+        if io is None or io in found:
+            continue
+        scale, zero = inits.get(node.input[1]), inits.get(node.input[2]) if len(node.input) > 2 else None
+        found[io] = {"scale": float(scale) if scale is not None else None,
+                     "zero_point": int(zero) if zero is not None else 0,
+                     "dtype": str(zero.dtype) if zero is not None else "uint8"}
+    return found
+
+
+def config_dict(config: QdqConfig) -> dict:
+    return asdict(config)

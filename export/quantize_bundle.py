@@ -1,0 +1,209 @@
+"""A float32 bundle -> a weight-quantized bundle (MatMulNBits), written atomically, with a quality report.
+
+Two sources of quantized weights:
+  "gguf"       the GGUF file the bundle was exported from: its own codes and scales, exactly (gguf_grid.py).
+               GGUF tensors are matched to graph initializers by content (every row, bit for bit), so a
+               permuted q/k matrix or a tied output layer is found, and a GGUF that is not the source fails.
+  "int8/int4"  symmetric round-to-nearest blocks of the float weights (block_weights.py), for float sources.
+The output layer's precision is its own setting: it holds a fifth of SmolLM2's weights and most of the
+sensitivity of top-1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from mtpedge.runtime.bundle import MANIFEST, read_manifest
+
+from .block_weights import BlockWeights, quantize_rtn
+from .matmul_nbits import MatMulRewriter, weight_matmuls
+from .onnx_graphs import SharedWeights
+
+log = logging.getLogger(__name__)
+
+WEIGHT_CHOICES = ("gguf", "int8", "int4")
+OUTPUT_CHOICES = ("same", "float32", "int8", "int4")
+QUANT_WEIGHTS_FILE = "weights.data"
+
+
+@dataclass(frozen=True)
+class QuantConfig:
+    weights: str = "gguf"  # gguf | int8 | int4
+    output_layer: str = "same"  # same | float32 | int8 | int4 ("same": like the other layers)
+    block_size: int = 32  # int8/int4 blocks; GGUF grids keep their own
+    # MatMulNBits accuracy_level for 4-bit blocks: 0 = float activations (exact grid), 4 = int8 activations
+    # (faster, ~2 points less top-1 agreement on SmolLM2). 8-bit blocks always use 4: without it they run 8-15x slower.
+    accuracy_level: int = 0
+    quality_report: bool = True
+
+    def __post_init__(self) -> None:
+        if self.weights not in WEIGHT_CHOICES:
+            raise ValueError(f"weight precision {self.weights!r} is unknown: choose one of {', '.join(WEIGHT_CHOICES)}")
+        if self.output_layer not in OUTPUT_CHOICES:
+            raise ValueError(f"output-layer precision {self.output_layer!r} is unknown: "
+                             f"choose one of {', '.join(OUTPUT_CHOICES)}")
+        if self.block_size < 16 or self.block_size & (self.block_size - 1):
+            raise ValueError(f"block size must be a power of two >= 16, got {self.block_size}")
+        if self.accuracy_level not in (0, 1, 2, 3, 4):
+            raise ValueError(f"accuracy level must be 0-4, got {self.accuracy_level}")
+
+    @property
+    def label(self) -> str:
+        """The precision recorded per graph, e.g. `gguf` or `int4-b32+out:int8`."""
+        main = self.weights if self.weights == "gguf" else f"{self.weights}-b{self.block_size}"
+        return main if self.output_layer == "same" else f"{main}+out:{self.output_layer}"
+
+
+class WeightSource:
+    """Chooses the BlockWeights of each float (K, N) initializer, once per distinct content."""
+
+    def __init__(self, config: QuantConfig, gguf_path: Path | None) -> None:
+        self.config = config
+        self._cache: dict[tuple[str, bool], BlockWeights | None] = {}
+        self.by_content: dict[bytes, tuple[object, ...]] = {}
+        self.used: Counter = Counter()
+        if config.weights == "gguf" or config.output_layer == "gguf":
+            if gguf_path is None:
+                raise ValueError("GGUF-exact quantization needs the GGUF file the bundle was exported from")
+            from .gguf_grid import read_grid_tensors
+
+            for tensor in read_grid_tensors(gguf_path).values():
+                key = hashlib.sha1(b"".join(sorted(tensor.row_hashes))).digest()
+                self.by_content[key] = (tensor, {h: i for i, h in enumerate(tensor.row_hashes)})
+
+    def weights_for(self, weight_kn: np.ndarray, is_output: bool) -> BlockWeights | None:
+        digest = hashlib.sha1(weight_kn.tobytes()).hexdigest()
+        if (digest, is_output) not in self._cache:
+            choice = self.config.weights
+            if is_output and self.config.output_layer != "same":
+                choice = self.config.output_layer
+            self._cache[(digest, is_output)] = self._make(weight_kn, choice)
+        return self._cache[(digest, is_output)]
+
+    def _make(self, weight_kn: np.ndarray, choice: str) -> BlockWeights | None:
+        weight = np.ascontiguousarray(weight_kn.T)  # (N, K): rows of W are columns of the graph's initializer
+        if choice == "float32":
+            self.used["float32"] += 1
+            return None
+        if choice in ("int8", "int4"):
+            self.used[f"rtn-{choice}"] += 1
+            return quantize_rtn(weight, 8 if choice == "int8" else 4, self.config.block_size)
+        rows = [hashlib.sha1(row.tobytes()).digest() for row in weight]
+        found = self.by_content.get(hashlib.sha1(b"".join(sorted(rows))).digest())
+        if found is None:
+            raise ValueError(f"a ({weight.shape[1]} x {weight.shape[0]}) weight of the graph matches no quantized "
+                             "tensor of the GGUF file: pass the GGUF the bundle was exported from, or use "
+                             "--precision int8/int4")
+        tensor, row_index = found
+        order = np.array([row_index[h] for h in rows])
+        w = tensor.weights
+        self.used[f"gguf:{tensor.qtype}"] += 1
+        return BlockWeights(w.codes[order], w.scales[order], None if w.offsets is None else w.offsets[order],
+                            w.bits, w.block_size, w.source)
+
+
+def _read_external(tensor: onnx.TensorProto, folder: Path) -> np.ndarray:
+    """An initializer's value, reading external data without loading the whole weights file."""
+    if tensor.data_location != onnx.TensorProto.EXTERNAL:
+        return numpy_helper.to_array(tensor)
+    info = {entry.key: entry.value for entry in tensor.external_data}
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)
+    offset, length = int(info.get("offset", 0)), int(info["length"])
+    with open(folder / info["location"], "rb") as f:
+        f.seek(offset)
+        data = f.read(length)
+    return np.frombuffer(data, dtype=dtype).reshape(tuple(tensor.dims))
+
+
+def quantize_graph(src_file: Path, source: WeightSource, weights_file: SharedWeights) -> tuple[onnx.ModelProto, int]:
+    model = onnx.load(str(src_file), load_external_data=False)
+    folder = src_file.parent
+    rewriter = MatMulRewriter(model)
+    replaced = 0
+    for matmul in weight_matmuls(model):
+        init = next(t for t in model.graph.initializer if t.name == matmul.weight_name)
+        weights = source.weights_for(_read_external(init, folder), matmul.is_output_layer)
+        if weights is not None:
+            is_8bit = weights.bits == 8
+            rewriter.replace(matmul.node, weights, 4 if is_8bit else source.config.accuracy_level)
+            replaced += 1
+    rewriter.finish()
+    for tensor in model.graph.initializer:  # what stays float comes along into the new weights file
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            value = _read_external(tensor, folder)
+            tensor.CopyFrom(numpy_helper.from_array(value, tensor.name))
+    weights_file.externalize(model)
+    return model, replaced
+
+
+def quantize_bundle(
+    src: str | Path,
+    out_dir: str | Path,
+    config: QuantConfig | None = None,
+    gguf_path: str | Path | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Path:
+    """Write a quantized copy of the float bundle `src` into `out_dir` (replaced only once complete)."""
+    config = config or QuantConfig()
+    say = progress or log.info
+    src, out_dir = Path(src), Path(out_dir)
+    manifest = read_manifest(src)
+    if any(g.precision != "float32" for g in manifest.graphs):
+        raise ValueError(f"{src} is already quantized ({manifest.graphs[0].precision}): quantize a float32 bundle")
+    started = time.perf_counter()
+    source = WeightSource(config, Path(gguf_path) if gguf_path else None)
+    if source.by_content:
+        say(f"read {len(source.by_content)} quantized GGUF tensors ({time.perf_counter() - started:.1f} s)")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.parent / f".{out_dir.name}.quantizing-{os.getpid()}"  # not export's temporary name
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        for name in (manifest.tokenizer.file, manifest.embeddings_file):
+            shutil.copy2(src / name, tmp / name)
+        shared = SharedWeights(tmp / QUANT_WEIGHTS_FILE)
+        entries = []
+        try:
+            for i, entry in enumerate(manifest.graphs, 1):
+                model, replaced = quantize_graph(src / entry.file, source, shared)
+                onnx.save_model(model, tmp / entry.file)
+                entries.append(replace(entry, precision=config.label))
+                say(f"[{i}/{len(manifest.graphs)}] quantized {entry.name}: {replaced} MatMuls -> MatMulNBits")
+        finally:
+            shared.close()
+        info = {"config": asdict(config), "tensors": dict(source.used), "float_bundle_bytes": _bundle_bytes(src),
+                "bytes": _bundle_bytes(tmp), "source": str(gguf_path) if gguf_path else None}
+        new = replace(manifest, graphs=entries, extras={**manifest.extras, "quantization": info})
+        (tmp / MANIFEST).write_text(new.to_json())
+        say(f"weights: {info['bytes'] / 1e6:.0f} MB (float32 bundle {info['float_bundle_bytes'] / 1e6:.0f} MB); "
+            f"tensors {dict(source.used)}")
+        if config.quality_report:
+            from .quality import quality_report
+
+            report = quality_report(tmp, src, progress=say)
+            new = replace(new, extras={**new.extras, "quality": report})
+            (tmp / MANIFEST).write_text(new.to_json())
+        from .bundle_writer import _replace_folder  # here: bundle_writer imports this module
+
+        _replace_folder(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    say(f"quantized bundle written to {out_dir} ({time.perf_counter() - started:.1f} s)")
+    return out_dir
+
+
+def _bundle_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.iterdir() if p.is_file())

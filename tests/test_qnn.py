@@ -1,0 +1,127 @@
+"""QDQ bundles for the Qualcomm HTP and the QNN execution provider (HTP simulator on x86 Linux).
+
+The simulator tests need the `qnn` extra (onnxruntime-qnn); without it they are skipped, with the reason.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from mtpedge.export.qdq import QDQ_MASK_VALUE, QdqConfig, fuse_rms_norms
+from mtpedge.export.qdq_bundle import qdq_bundle
+from mtpedge.export.quality import sequence_logits
+from mtpedge.runtime.bundle import BundleError, read_manifest
+from mtpedge.runtime.contract import new_key_name, new_value_name, past_key_name, past_value_name
+from mtpedge.runtime.engine import Engine
+
+QNN = "QNNExecutionProvider"
+
+
+@pytest.fixture(scope="module")
+def qdq_tiny(tiny_bundle, tmp_path_factory):
+    return qdq_bundle(tiny_bundle("llama"), tmp_path_factory.mktemp("qdq") / "bundle")
+
+
+def assert_htp_close(htp: np.ndarray, cpu: np.ndarray) -> None:
+    """The HTP's fixed-point arithmetic is not the CPU's: close (the RMSNorm-as-rsqrt bug gave 0.69), not equal."""
+    assert np.corrcoef(htp.ravel(), cpu.ravel())[0, 1] > 0.998
+    assert np.abs(htp - cpu).max() < 0.1 * float(np.abs(cpu).max())
+    assert (htp.argmax(-1) == cpu.argmax(-1)).mean() >= 0.75
+
+
+def needs_qnn():
+    pytest.importorskip("onnxruntime_qnn", reason="the HTP simulator needs the qnn extra: pip install 'mtpedge[qnn]'")
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_rms_norm_fusion_keeps_the_float_graph(tiny_bundle, arch):
+    bundle = tiny_bundle(arch)
+    manifest = read_manifest(bundle)
+    entry = next(g for g in manifest.graphs if g.width == 1)
+    model = onnx.load(str(bundle / entry.file))
+    layers = manifest.config.num_layers
+    expected = 2 * layers + 1 + (2 * layers if manifest.config.qk_norm else 0)
+    assert fuse_rms_norms(model) == expected
+    assert not any(n.op_type in ("Pow", "ReduceMean", "Sqrt") for n in model.graph.node)
+    rng = np.random.default_rng(0)
+    reference = ort.InferenceSession(str(bundle / entry.file), providers=["CPUExecutionProvider"])
+    fused = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    feeds = {i.name: rng.normal(0, 0.5, i.shape).astype(np.float32) for i in reference.get_inputs()}
+    for want, got in zip(reference.run(None, feeds), fused.run(None, feeds), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_qdq_bundle_ties_kv_encodings_and_records_them(qdq_tiny):
+    manifest = read_manifest(qdq_tiny)
+    assert manifest.mask_value == QDQ_MASK_VALUE and {g.precision for g in manifest.graphs} == {"qdq-a16w8"}
+    for graph, encodings in manifest.extras["qdq"]["encodings"].items():
+        for layer in range(manifest.config.num_layers):
+            assert encodings[past_key_name(layer)] == encodings[new_key_name(layer)], graph
+            assert encodings[past_value_name(layer)] == encodings[new_value_name(layer)], graph
+        bias = encodings["attention_bias"]  # exactly [mask, 0] on the uint16 grid
+        assert bias["dtype"] == "uint16" and bias["zero_point"] == 65535
+        assert bias["scale"] * 65535 == pytest.approx(-QDQ_MASK_VALUE, rel=1e-6)
+        assert encodings["logits"]["dtype"] == "uint16"
+    quality = manifest.extras["quality"]
+    assert quality["perplexity"]["quantized"] > 0 and 0 <= quality["top1_agreement"] <= 1
+
+
+def test_qdq_config_refuses_a_huge_mask_value():
+    with pytest.raises(ValueError, match="about -100"):
+        QdqConfig(mask_value=-1e9)
+
+
+def test_htp_simulator_runs_the_whole_graph_and_matches_cpu_qdq(qdq_tiny):
+    """CPU fallback disabled: a session exists only if every node runs on the HTP."""
+    needs_qnn()
+    ids = Engine.load(qdq_tiny).tokenizer.encode("The quick brown fox jumps over the lazy dog.")[:20]
+    cpu = sequence_logits(Engine.load(qdq_tiny), ids)
+    htp_engine = Engine.load(qdq_tiny, providers=[QNN])
+    htp = sequence_logits(htp_engine, ids)
+    del htp_engine
+    gc.collect()  # the simulator misbehaves with many HTP sessions alive in one process
+    assert_htp_close(htp, cpu)
+
+
+def test_qnn_bundle_compiles_and_runs_with_its_stamps_checked(qdq_tiny, tmp_path):
+    needs_qnn()
+    from mtpedge.export.qnn_compile import compile_qnn_bundle, soc_target
+
+    out = compile_qnn_bundle(qdq_tiny, tmp_path / "qnn", "sm8750")
+    manifest = read_manifest(out)
+    target = manifest.extras["qnn"]
+    assert (target["htp_arch"], target["soc_model"]) == (79, 69)
+    assert len(target["context_binaries"]) == len(manifest.graphs)
+    for entry in manifest.graphs:  # compile_graph refuses partial placement; check the saved files too
+        assert {n.op_type for n in onnx.load(str(out / entry.file), load_external_data=False).graph.node} == \
+            {"EPContext"}
+    ids = Engine.load(qdq_tiny).tokenizer.encode("Numbers like 12, 345 and 6789 appear.")[:12]
+    cpu = sequence_logits(Engine.load(qdq_tiny), ids)
+    engine = Engine.load(out, providers=[QNN])
+    htp = sequence_logits(engine, ids)
+    del engine
+    gc.collect()
+    assert_htp_close(htp, cpu)
+    with pytest.raises(BundleError, match="context binaries for Snapdragon 8 Elite"):
+        Engine.load(out)
+    data = json.loads((out / "manifest.json").read_text())
+    data["extras"]["qnn"]["onnxruntime_qnn"] = "0.0.1"
+    (out / "manifest.json").write_text(json.dumps(data))
+    with pytest.raises(BundleError, match="re-run `mtpedge compile-qnn`"):
+        Engine.load(out, providers=[QNN])
+    with pytest.raises(ValueError, match="unknown SoC"):
+        soc_target("snapdragon-1")
+
+
+def test_compiling_a_float_bundle_is_refused(tiny_bundle, tmp_path):
+    needs_qnn()
+    from mtpedge.export.qnn_compile import compile_qnn_bundle
+
+    with pytest.raises(ValueError, match="not a QDQ bundle"):
+        compile_qnn_bundle(tiny_bundle("llama"), tmp_path / "x", "snapdragon-8-elite")
