@@ -196,7 +196,7 @@ def test_rtn_bundle_runs_and_reports(tiny_bundle, tmp_path, bits):
     quality = manifest.extras["quality"]
     ppl = quality["perplexity"]
     assert ppl["quantized"] > 0 and ppl["float32"] > 0 and 0 <= quality["top1_agreement"] <= 1
-    assert quality["tau_note"] or quality["tau"]
+    assert quality.get("tau_note") or quality["tau"]  # each registered drafter's tau, or why none
     if bits == "int8":  # int8 blocks of a random model keep the float argmax nearly everywhere
         assert quality["top1_agreement"] >= 0.9
     with pytest.raises(ValueError, match="already quantized"):
