@@ -14,12 +14,13 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from mtpedge.runtime.bundle import MANIFEST, read_manifest
+from mtpedge.runtime.bundle import read_manifest
 from mtpedge.runtime.contract import new_key_name, new_value_name
 from mtpedge.runtime.engine import Engine
 
 from .onnx_graphs import SharedWeights
 from .qdq import CALIBRATION_TEXTS, QdqConfig, config_dict, fuse_rms_norms, io_encodings, tied_kv_overrides
+from .quality import finish_quantized_bundle
 
 log = logging.getLogger(__name__)
 
@@ -128,8 +129,6 @@ def quantize_graph_qdq(float_file: Path, calls: list[tuple[dict, dict]], num_lay
 def qdq_bundle(src: str | Path, out_dir: str | Path, config: QdqConfig | None = None,
                progress: Callable[[str], None] | None = None, quality: bool = True) -> Path:
     """Write a QDQ copy of the float bundle `src` into `out_dir` (atomically), encodings in the manifest."""
-    from .bundle_writer import _replace_folder
-
     config = config or QdqConfig()
     say = progress or log.info
     src, out_dir = Path(src), Path(out_dir)
@@ -166,14 +165,7 @@ def qdq_bundle(src: str | Path, out_dir: str | Path, config: QdqConfig | None = 
                 "calibration_texts": len(CALIBRATION_TEXTS)}
         new = replace(manifest, graphs=entries, mask_value=config.mask_value,
                       extras={**manifest.extras, "qdq": info})
-        (tmp / MANIFEST).write_text(new.to_json())
-        if quality:
-            from .quality import quality_report
-
-            report = quality_report(tmp, src, progress=say)
-            new = replace(new, extras={**new.extras, "quality": report})
-            (tmp / MANIFEST).write_text(new.to_json())
-        _replace_folder(tmp, out_dir)
+        finish_quantized_bundle(tmp, src, out_dir, new, quality, say)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

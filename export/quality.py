@@ -14,10 +14,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
+from mtpedge.runtime.bundle import MANIFEST, Manifest
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import generate
 
@@ -157,3 +159,17 @@ def format_report(report: dict) -> str:
     if "tau_note" in report:
         lines.append(f"  {report['tau_note']}")
     return "\n".join(lines)
+
+
+def finish_quantized_bundle(tmp: Path, src: Path, out_dir: Path, manifest: Manifest, with_report: bool,
+                            say: Callable[[str], None]) -> None:
+    """Write a quantized bundle's manifest, add its quality report against the float bundle `src` if asked
+    (the report loads the finished bundle, so the manifest is written first), and move it into place."""
+    from .bundle_writer import _replace_folder  # here: bundle_writer imports the quantizers, which import this
+
+    (tmp / MANIFEST).write_text(manifest.to_json())
+    if with_report:
+        report = quality_report(tmp, src, progress=say)
+        manifest = replace(manifest, extras={**manifest.extras, "quality": report})
+        (tmp / MANIFEST).write_text(manifest.to_json())
+    _replace_folder(tmp, out_dir)

@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from mtpedge.runtime.bundle import MANIFEST, read_manifest
+from mtpedge.runtime.bundle import read_manifest
 
 from .block_weights import BlockWeights, quantize_rtn
 from .matmul_nbits import MatMulRewriter, weight_matmuls
@@ -186,18 +186,11 @@ def quantize_bundle(
         info = {"config": asdict(config), "tensors": dict(source.used), "float_bundle_bytes": _bundle_bytes(src),
                 "bytes": _bundle_bytes(tmp), "source": str(gguf_path) if gguf_path else None}
         new = replace(manifest, graphs=entries, extras={**manifest.extras, "quantization": info})
-        (tmp / MANIFEST).write_text(new.to_json())
         say(f"weights: {info['bytes'] / 1e6:.0f} MB (float32 bundle {info['float_bundle_bytes'] / 1e6:.0f} MB); "
             f"tensors {dict(source.used)}")
-        if config.quality_report:
-            from .quality import quality_report
+        from .quality import finish_quantized_bundle
 
-            report = quality_report(tmp, src, progress=say)
-            new = replace(new, extras={**new.extras, "quality": report})
-            (tmp / MANIFEST).write_text(new.to_json())
-        from .bundle_writer import _replace_folder  # here: bundle_writer imports this module
-
-        _replace_folder(tmp, out_dir)
+        finish_quantized_bundle(tmp, src, out_dir, new, config.quality_report, say)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
