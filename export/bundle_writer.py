@@ -26,6 +26,7 @@ from ..models.loading import LoadedModel, load_model
 from .onnx_graphs import SharedWeights, check_contract, trace_graph
 from .parity import graph_parity
 from .precision import Precision
+from .staging import replace_folder
 from .tree_templates import tree_template_extras
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ def export_bundle(
         manifest = _write_contents(loaded, tmp, config, say)
         (tmp / MANIFEST).write_text(manifest.to_json())
         if config.quantization is None and config.target_soc is None:
-            _replace_folder(tmp, out_dir)
+            replace_folder(tmp, out_dir)
         else:  # the float bundle is the quantizer's input and the quality report's reference
             from .precision import finish_bundle
 
@@ -167,14 +168,3 @@ def _shape(cfg, width: int, context: int):
 
     return GraphShape(width, context, cfg.hidden_size, cfg.head_dim, cfg.num_kv_heads, cfg.num_layers,
                       cfg.vocab_size)
-
-
-def _replace_folder(tmp: Path, out_dir: Path) -> None:
-    """Move the finished bundle into place; an older bundle there is replaced only once the new one is whole."""
-    if out_dir.exists():
-        old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}"
-        os.replace(out_dir, old)
-        os.replace(tmp, out_dir)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, out_dir)

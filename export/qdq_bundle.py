@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -20,7 +18,8 @@ from mtpedge.runtime.engine import Engine
 
 from .onnx_graphs import SharedWeights
 from .qdq import CALIBRATION_TEXTS, QdqConfig, config_dict, fuse_rms_norms, io_encodings, tied_kv_overrides
-from .quality import finish_quantized_bundle
+from .quality import write_manifest_with_quality
+from .staging import copy_host_files, staged_folder
 
 log = logging.getLogger(__name__)
 
@@ -137,13 +136,8 @@ def qdq_bundle(src: str | Path, out_dir: str | Path, config: QdqConfig | None = 
         raise ValueError(f"{src} is already quantized: QDQ starts from a float32 bundle (`--precision float32`)")
     started = time.perf_counter()
     recorder = RecordingEngine(src, config.mask_value)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".{out_dir.name}.qdq-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
-        for name in (manifest.tokenizer.file, manifest.embeddings_file):
-            shutil.copy2(src / name, tmp / name)
+    with staged_folder(out_dir, "qdq") as tmp:
+        copy_host_files(src, manifest, tmp)
         shared = SharedWeights(tmp / "weights.data")
         entries, encodings = [], {}
         try:
@@ -165,9 +159,6 @@ def qdq_bundle(src: str | Path, out_dir: str | Path, config: QdqConfig | None = 
                 "calibration_texts": len(CALIBRATION_TEXTS)}
         new = replace(manifest, graphs=entries, mask_value=config.mask_value,
                       extras={**manifest.extras, "qdq": info})
-        finish_quantized_bundle(tmp, src, out_dir, new, quality, say)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        write_manifest_with_quality(tmp, src, new, quality, say)
     say(f"QDQ bundle written to {out_dir} ({time.perf_counter() - started:.1f} s)")
     return out_dir

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -23,6 +22,8 @@ import onnxruntime as ort
 
 from mtpedge.runtime.bundle import MANIFEST, read_manifest
 from mtpedge.runtime.qnn import DISABLE_CPU_FALLBACK, qnn_devices, qnn_module
+
+from .staging import copy_host_files, staged_folder
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +78,6 @@ def compile_graph(qdq_file: Path, ctx_file: Path, soc: SocTarget) -> list[str]:
 def compile_qnn_bundle(src: str | Path, out_dir: str | Path, soc_name: str,
                        progress: Callable[[str], None] | None = None) -> Path:
     """Compile every graph of the QDQ bundle `src` for `soc_name` into a new bundle `out_dir` (atomically)."""
-    from .bundle_writer import _replace_folder
-
     say = progress or log.info
     soc = soc_target(soc_name)
     src, out_dir = Path(src), Path(out_dir)
@@ -87,13 +86,8 @@ def compile_qnn_bundle(src: str | Path, out_dir: str | Path, soc_name: str,
         raise ValueError(f"{src} is not a QDQ bundle: run `mtpedge export --precision qdq` first "
                          "(the HTP runs quantized graphs only)")
     started = time.perf_counter()
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".{out_dir.name}.qnn-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
-        for name in (manifest.tokenizer.file, manifest.embeddings_file):
-            shutil.copy2(src / name, tmp / name)
+    with staged_folder(out_dir, "qnn") as tmp:
+        copy_host_files(src, manifest, tmp)
         entries, binaries = [], []
         for i, entry in enumerate(manifest.graphs, 1):
             step = time.perf_counter()
@@ -108,9 +102,5 @@ def compile_qnn_bundle(src: str | Path, out_dir: str | Path, soc_name: str,
                   "onnxruntime_qnn": getattr(qnn_module(), "__version__", None)}
         new = replace(manifest, graphs=entries, extras={**manifest.extras, "qnn": target})
         (tmp / MANIFEST).write_text(new.to_json())
-        _replace_folder(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     say(f"QNN bundle for {soc.name} written to {out_dir} ({time.perf_counter() - started:.1f} s)")
     return out_dir

@@ -161,15 +161,12 @@ def format_report(report: dict) -> str:
     return "\n".join(lines)
 
 
-def finish_quantized_bundle(tmp: Path, src: Path, out_dir: Path, manifest: Manifest, with_report: bool,
-                            say: Callable[[str], None]) -> None:
-    """Write a quantized bundle's manifest, add its quality report against the float bundle `src` if asked
-    (the report loads the finished bundle, so the manifest is written first), and move it into place."""
-    from .bundle_writer import _replace_folder  # here: bundle_writer imports the quantizers, which import this
-
-    (tmp / MANIFEST).write_text(manifest.to_json())
+def write_manifest_with_quality(folder: Path, src: Path, manifest: Manifest, with_report: bool,
+                                say: Callable[[str], None]) -> None:
+    """Write a quantized bundle's manifest, then add its quality report against the float bundle `src` if
+    asked (the report loads the bundle itself, so the manifest is written first)."""
+    (folder / MANIFEST).write_text(manifest.to_json())
     if with_report:
-        report = quality_report(tmp, src, progress=say)
+        report = quality_report(folder, src, progress=say)
         manifest = replace(manifest, extras={**manifest.extras, "quality": report})
-        (tmp / MANIFEST).write_text(manifest.to_json())
-    _replace_folder(tmp, out_dir)
+        (folder / MANIFEST).write_text(manifest.to_json())

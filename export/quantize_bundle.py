@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import shutil
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -30,6 +28,7 @@ from mtpedge.runtime.bundle import read_manifest
 from .block_weights import BlockWeights, quantize_rtn
 from .matmul_nbits import MatMulRewriter, weight_matmuls
 from .onnx_graphs import SharedWeights
+from .staging import copy_host_files, staged_folder
 
 log = logging.getLogger(__name__)
 
@@ -166,13 +165,8 @@ def quantize_bundle(
     source = WeightSource(config, Path(gguf_path) if gguf_path else None)
     if source.by_content:
         say(f"read {len(source.by_content)} quantized GGUF tensors ({time.perf_counter() - started:.1f} s)")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".{out_dir.name}.quantizing-{os.getpid()}"  # not export's temporary name
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
-        for name in (manifest.tokenizer.file, manifest.embeddings_file):
-            shutil.copy2(src / name, tmp / name)
+    with staged_folder(out_dir, "quantizing") as tmp:  # not export's temporary name: export calls this
+        copy_host_files(src, manifest, tmp)
         shared = SharedWeights(tmp / QUANT_WEIGHTS_FILE)
         entries = []
         try:
@@ -188,12 +182,9 @@ def quantize_bundle(
         new = replace(manifest, graphs=entries, extras={**manifest.extras, "quantization": info})
         say(f"weights: {info['bytes'] / 1e6:.0f} MB (float32 bundle {info['float_bundle_bytes'] / 1e6:.0f} MB); "
             f"tensors {dict(source.used)}")
-        from .quality import finish_quantized_bundle
+        from .quality import write_manifest_with_quality
 
-        finish_quantized_bundle(tmp, src, out_dir, new, config.quality_report, say)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        write_manifest_with_quality(tmp, src, new, config.quality_report, say)
     say(f"quantized bundle written to {out_dir} ({time.perf_counter() - started:.1f} s)")
     return out_dir
 
