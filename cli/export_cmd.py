@@ -25,6 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prefill-width", type=int, default=64, help="slots of the prefill graph (default 64)")
     parser.add_argument("--decode-widths", type=parse_widths, default=(1, 16),
                         help="comma-separated slots of the decode graphs (default 1,16)")
+    parser.add_argument("--mtp-adapter", help="a `mtpedge train-mtp` checkpoint: export its learned masks, gated "
+                        "LoRA graphs (lora_gate input) and sampler head with the bundle (drafter `mtp`)")
     parser.add_argument("--no-parity-check", action="store_true", help="skip the per-graph check against PyTorch")
     add_precision_arguments(parser)
     parser.add_argument("--target", choices=["cpu", "qnn"], default="cpu",
@@ -99,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     out = args.out or default_bundle_dir(args.model, args.context, label)
     config = ExportConfig(context=args.context, prefill_width=args.prefill_width,
                           decode_widths=args.decode_widths, check_parity=not args.no_parity_check,
-                          quantization=quantization, target_soc=soc)
+                          quantization=quantization, target_soc=soc, mtp_adapter=args.mtp_adapter)
     try:
         export_bundle(args.model, out, config, progress=print)
     except ModelLoadError as err:

@@ -21,17 +21,20 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
-    parser.add_argument("--drafter", default="none", choices=["none", "esp", "lookup", "hybrid"],
+    parser.add_argument("--drafter", default="none", choices=["none", "esp", "lookup", "hybrid", "mtp"],
                         help="multi-token drafter (none = plain decoding; default); see `mtpedge.runtime.drafters`")
     group = parser.add_argument_group("drafter settings (each drafter's own default when omitted)")
     group.add_argument("--width", type=int, default=None,
                        help="slots per decode call the drafter may fill (tree nodes + mask slots)")
     group.add_argument("--masks", type=int, default=None, help="esp/hybrid: mask slots k after each node (1-3)")
-    group.add_argument("--mask-init", choices=["soft", "hard", "sample", "mean"], default=None,
-                       help="esp/hybrid: mask embedding init (mean = vocab mean)")
+    group.add_argument("--mask-init", choices=["soft", "hard", "sample", "mean", "learned"], default=None,
+                       help="esp/hybrid: mask embedding init (mean = vocab mean; learned = the bundle's trained "
+                            "adapter masks, see train-mtp)")
     group.add_argument("--mask-update", type=float, default=None,
                        help="esp/hybrid: online update rate lambda of the mask embeddings (default 0.1)")
     group.add_argument("--tree", default=None, help="esp: dynamic, static, or static:W1,W2,... per-depth widths")
+    group.add_argument("--mtp-layout", choices=["linear", "quadratic"], default=None,
+                       help="mtp: masks after the last draft only (linear) or after every draft (quadratic)")
     group.add_argument("--max-ngram", type=int, default=None, help="lookup/hybrid: longest n-gram matched")
     group.add_argument("--branches", type=int, default=None,
                        help="lookup/hybrid: distinct n-gram continuations in one tree")
@@ -51,7 +54,8 @@ def sampling_from(args: argparse.Namespace) -> SamplingConfig:
 def drafter_options(args: argparse.Namespace) -> dict:
     """The drafter settings given on the command line (None = the drafter's default; make_drafter drops them)."""
     options = {"width": args.width, "masks": args.masks, "mask_init": args.mask_init, "mask_update": args.mask_update,
-               "tree": args.tree, "max_ngram": args.max_ngram, "branches": args.branches}
+               "tree": args.tree, "max_ngram": args.max_ngram, "branches": args.branches,
+               "mtp_layout": args.mtp_layout}
     return {key: value for key, value in options.items() if value is not None}
 
 

@@ -13,6 +13,7 @@ COMMANDS = {
     "hub": ("mtpedge.hub_cmd", "Qualcomm AI Hub jobs (compile, profile, inference) for a QDQ bundle"),
     "distill": ("mtpedge.distill_cmd",
                 "self-distilled training data (the model's own answers to the project's prompts)"),
+    "train-mtp": ("mtpedge.train_mtp_cmd", "train the multi-token adapter (learned masks, gated LoRA, sampler head)"),
     "generate": ("mtpedge.generate_cmd", "generate a completion for one prompt"),
     "chat": ("mtpedge.chat_cmd", "interactive chat with streaming output"),
     "serve": ("mtpedge.serve_cmd", "OpenAI-compatible local HTTP server (/v1/chat/completions, /v1/completions)"),

@@ -44,6 +44,7 @@ class ExportConfig:
     tree_templates: bool = True  # write the static ESP tree layouts of each decode width (extras)
     quantization: Precision = None  # None: float32 graphs; else made from them (export/precision.py)
     target_soc: str | None = None  # with a QdqConfig: compile QNN context binaries for this SoC
+    mtp_adapter: str | None = None  # a `mtpedge train-mtp` checkpoint: adapter graphs + files (export/mtp_export)
     extras: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -122,6 +123,15 @@ def _write_contents(loaded: LoadedModel, folder: Path, config: ExportConfig, say
     embeddings = loaded.decoder.model.embed_tokens.weight.detach().numpy().astype(np.float32)
     np.save(folder / "embeddings.npy", embeddings)
 
+    graph_module, mtp_extras = loaded.decoder, {}
+    if config.mtp_adapter:
+        from .mtp_export import MtpExport
+
+        mtp = MtpExport.load(config.mtp_adapter, loaded)
+        graph_module = mtp.graph_module(loaded.decoder)
+        mtp_extras = {"mtp": mtp.write_files(folder)}
+    adapter = bool(mtp_extras.get("mtp", {}).get("adapter_graphs"))
+
     specs = [("prefill", config.prefill_width)] + [("decode", w) for w in config.decode_widths]
     weights = SharedWeights(folder / WEIGHTS_FILE)
     entries, parity = [], {}
@@ -130,8 +140,8 @@ def _write_contents(loaded: LoadedModel, folder: Path, config: ExportConfig, say
             name = graph_name(kind, width, config.context)
             step_started = time.perf_counter()
             say(f"[{i}/{len(specs)}] tracing {name}")
-            shape = _shape(cfg, width, config.context)
-            graph = trace_graph(loaded.decoder, shape)
+            shape = _shape(cfg, width, config.context, adapter)
+            graph = trace_graph(graph_module, shape)
             check_contract(graph, shape)
             weights.externalize(graph)
             onnx.save_model(graph, folder / f"{name}.onnx")
@@ -144,7 +154,7 @@ def _write_contents(loaded: LoadedModel, folder: Path, config: ExportConfig, say
     if config.check_parity:
         for entry in entries:
             parity[entry.name] = graph_parity(loaded.decoder, folder / entry.file, _shape(cfg, entry.width,
-                                                                                          config.context))
+                                                                                          config.context, adapter))
             p = parity[entry.name]
             say(f"parity {entry.name} vs PyTorch: max |diff| {p['max_abs']:.2e} (relative {p['max_rel']:.1e}), "
                 f"argmax agreement {p['argmax_agree']:.0%}")
@@ -159,12 +169,13 @@ def _write_contents(loaded: LoadedModel, folder: Path, config: ExportConfig, say
         source_sha256=loaded.source_sha256,
         producer=_producer_versions(),
         extras={"export_parity": parity, "weights_file": WEIGHTS_FILE,
-                **(tree_template_extras(config.decode_widths) if config.tree_templates else {}), **config.extras},
+                **(tree_template_extras(config.decode_widths) if config.tree_templates else {}), **mtp_extras,
+                **config.extras},
     )
 
 
-def _shape(cfg, width: int, context: int):
+def _shape(cfg, width: int, context: int, adapter: bool = False):
     from mtpedge.runtime.contract import GraphShape
 
     return GraphShape(width, context, cfg.hidden_size, cfg.head_dim, cfg.num_kv_heads, cfg.num_layers,
-                      cfg.vocab_size)
+                      cfg.vocab_size, adapter)

@@ -13,7 +13,7 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
-from mtpedge.runtime.contract import DEFAULT_MASK_VALUE, GraphShape
+from mtpedge.runtime.contract import DEFAULT_MASK_VALUE, LORA_GATE, GraphShape
 from mtpedge.runtime.rope import inverse_frequencies, rope_tables
 
 from ..models.decoder import Decoder
@@ -47,6 +47,8 @@ def parity_feeds(decoder: Decoder, shape: GraphShape, n_past: int, seed: int = 0
                            inverse_frequencies(decoder.cfg.rope, decoder.cfg.head_dim))
     feeds = {"inputs_embeds": table[tokens[n_past:]][None].astype(np.float32), "attention_bias": bias,
              "rope_cos": cos, "rope_sin": sin}
+    if LORA_GATE in shape.input_shapes():  # an adapter graph with gate 0 must be the base model
+        feeds[LORA_GATE] = np.zeros((1, n), dtype=np.float32)
     past_names = [name for name in shape.input_shapes() if name.startswith("past_")]
     for name, kv in zip(past_names, ref_kv, strict=True):
         past = np.zeros((1, kv.shape[1], c, kv.shape[3]), dtype=np.float32)

@@ -79,7 +79,9 @@ class Manifest:
 
     def graph_shape(self, width: int) -> GraphShape:
         c = self.config
-        return GraphShape(width, self.context, c.hidden_size, c.head_dim, c.num_kv_heads, c.num_layers, c.vocab_size)
+        adapter = bool(self.extras.get("mtp", {}).get("adapter_graphs", False))
+        return GraphShape(width, self.context, c.hidden_size, c.head_dim, c.num_kv_heads, c.num_layers, c.vocab_size,
+                          adapter)
 
 
 def read_manifest(folder: str | Path) -> Manifest:

@@ -12,6 +12,15 @@ One static graph per width N (input slots per call); every graph of a bundle sha
     new_key_{l}       (1, kv_heads, N, head_dim) float32  only the N new entries; the host commits them
     new_value_{l}     (1, kv_heads, N, head_dim) float32
 
+Optional adapter I/O (bundles exported with a multi-token adapter, `mtpedge export --mtp-adapter`; the
+manifest's extras["mtp"]["adapter_graphs"] says so):
+
+    lora_gate         (1, N)                    float32   1 = this slot is a mask slot (gated LoRA on), 0 = a
+                                                          token slot: exactly the base model; the host feeds 0
+                                                          unless a drafter asks for its SLOT nodes
+  ->
+    hidden_states     (1, N, hidden)            float32   final-normed hidden rows (the sampler head's input)
+
 Key columns of `attention_bias`: [0, C) address the cache, [C, C + N) the block's own slots.
 
 Why the past is the whole cache (C positions) rather than C - N: the host cache is one contiguous
@@ -26,6 +35,8 @@ from dataclasses import dataclass
 
 # Finite, so that it survives 16-bit quantization of the mask; float32 graphs use a large value.
 DEFAULT_MASK_VALUE = -1e9
+LORA_GATE = "lora_gate"
+HIDDEN_STATES = "hidden_states"
 
 
 def past_key_name(layer: int) -> str:
@@ -59,6 +70,7 @@ class GraphShape:
     num_kv_heads: int
     num_layers: int
     vocab_size: int
+    adapter: bool = False  # the optional lora_gate input and hidden_states output
 
     def input_shapes(self) -> dict[str, list[int]]:
         n, c = self.width, self.context
@@ -68,6 +80,8 @@ class GraphShape:
             "rope_cos": [1, 1, n, self.head_dim // 2],
             "rope_sin": [1, 1, n, self.head_dim // 2],
         }
+        if self.adapter:
+            shapes[LORA_GATE] = [1, n]
         for layer in range(self.num_layers):
             shapes[past_key_name(layer)] = [1, self.num_kv_heads, c, self.head_dim]
             shapes[past_value_name(layer)] = [1, self.num_kv_heads, c, self.head_dim]
@@ -75,6 +89,8 @@ class GraphShape:
 
     def output_shapes(self) -> dict[str, list[int]]:
         shapes = {"logits": [1, self.width, self.vocab_size]}
+        if self.adapter:
+            shapes[HIDDEN_STATES] = [1, self.width, self.hidden_size]
         for layer in range(self.num_layers):
             shapes[new_key_name(layer)] = [1, self.num_kv_heads, self.width, self.head_dim]
             shapes[new_value_name(layer)] = [1, self.num_kv_heads, self.width, self.head_dim]

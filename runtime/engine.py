@@ -15,6 +15,7 @@ import numpy as np
 
 from .attention_bias import CachedAttentionBias, naive_attention_bias
 from .bundle import BundleError, Manifest, read_manifest
+from .contract import LORA_GATE
 from .graphs import GraphOutput, GraphSet
 from .kv_cache import ContextOverflowError, KVCache
 from .rope import inverse_frequencies, rope_tables
@@ -91,10 +92,12 @@ class Engine:
         visible, depth = self._layouts[key]
         return visible, depth, key
 
-    def run_block(self, embeds: np.ndarray, parents: np.ndarray) -> GraphOutput:
+    def run_block(self, embeds: np.ndarray, parents: np.ndarray, gate: np.ndarray | None = None) -> GraphOutput:
         """One graph call over n slots arranged as a tree rooted at position n_past; nothing is committed.
 
         Padding rows (up to the graph's width) see only themselves, so their softmax stays finite.
+        gate (n,): the adapter's LoRA gate per slot (graphs with a `lora_gate` input only; default all 0 = the
+        base model).
         """
         n = embeds.shape[0]
         visible, depth, key = self.block_layout(parents)
@@ -111,6 +114,13 @@ class Engine:
         padded = np.zeros((1, width, self.config.hidden_size), dtype=np.float32)
         padded[0, :n] = embeds
         feeds = {"inputs_embeds": padded, "attention_bias": bias, "rope_cos": cos, "rope_sin": sin}
+        if LORA_GATE in entry.inputs:
+            feeds[LORA_GATE] = np.zeros((1, width), dtype=np.float32)
+            if gate is not None:
+                feeds[LORA_GATE][0, :n] = gate
+        elif gate is not None and np.any(gate):
+            raise BundleError("a drafter asked for the LoRA gate but this bundle's graphs have no adapter: "
+                              "export one with `mtpedge export --mtp-adapter ADAPTER.pt`")
         feeds.update(self.cache.graph_inputs())
         out = self.graphs.run(entry, feeds, n)
         self.graph_calls += 1
@@ -128,8 +138,11 @@ class Engine:
             embeds[is_slot] = slot_embeddings
         return embeds
 
-    def run_tree(self, tree: DraftTree, slot_embeddings: np.ndarray | None = None) -> GraphOutput:
-        return self.run_block(self.tree_embeddings(tree, slot_embeddings), tree.parents)
+    def run_tree(self, tree: DraftTree, slot_embeddings: np.ndarray | None = None,
+                 lora_on_slots: bool = False) -> GraphOutput:
+        """lora_on_slots: gate 1 at SLOT nodes (the adapter's learned masks), 0 at token nodes."""
+        gate = (tree.tokens == SLOT).astype(np.float32) if lora_on_slots else None
+        return self.run_block(self.tree_embeddings(tree, slot_embeddings), tree.parents, gate)
 
     def prefill(self, token_ids: list[int] | np.ndarray) -> np.ndarray:
         """Run and commit `token_ids` after the cache's contents, in chunks of the prefill graph's width.

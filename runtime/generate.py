@@ -179,7 +179,8 @@ def generate(
                 stats.finish_reason = "length"
                 break
             engine.cache.ensure_room(1)
-        out = engine.run_tree(tree, slot_embeddings)
+        # a drafter whose slots are an adapter's learned masks sets lora_on_slots (gate 1 there, 0 at tokens)
+        out = engine.run_tree(tree, slot_embeddings, lora_on_slots=getattr(drafter, "lora_on_slots", False))
         stats.decode_calls += 1
         full_path, root = verify_tree(tree, out.logits, sampler.choose)
         path = full_path[: engine.cache.free]

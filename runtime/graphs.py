@@ -11,7 +11,7 @@ import numpy as np
 import onnxruntime as ort
 
 from .bundle import BundleError, GraphEntry, Manifest
-from .contract import new_key_name, new_value_name
+from .contract import HIDDEN_STATES, new_key_name, new_value_name
 from .qnn import DISABLE_CPU_FALLBACK, QNN_EP, add_qnn_provider, check_qnn_bundle
 
 log = logging.getLogger(__name__)
@@ -23,6 +23,7 @@ class GraphOutput:
     new_keys: list[np.ndarray]  # per layer (1, kv_heads, N, head_dim), N = graph width (padding included)
     new_values: list[np.ndarray]
     seconds: float  # time inside session.run
+    hidden: np.ndarray | None = None  # (n, hidden) final-normed rows: adapter graphs only (contract HIDDEN_STATES)
 
 
 class GraphSet:
@@ -112,4 +113,5 @@ class GraphSet:
             new_keys=[by_name[new_key_name(layer)] for layer in range(self.num_layers)],
             new_values=[by_name[new_value_name(layer)] for layer in range(self.num_layers)],
             seconds=seconds,
+            hidden=by_name[HIDDEN_STATES][0, :n_real] if HIDDEN_STATES in by_name else None,
         )

@@ -9,6 +9,7 @@ Initialisations (all from the input embedding table E, shape (vocab, d)):
     hard    m_j = E[j-th of the last k prompt tokens] ("last-K")
     sample  m_j ~ N(mu, sigma^2), mu/sigma per dimension over all of E (seeded: reproducible)
     mean    m_j = mu, the mean row of E ("vocab-mean": sigma = 0; best on SmolLM2 in measurement)
+    learned m_j = the j-th trained mask of the bundle's multi-token adapter (`mtpedge train-mtp`, runtime/mtp_head)
 Online update after every committed token e: m_j <- m_j + lam * (E[e] - m_j), for every j and every init.
 """
 
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-MASK_INITS = ("soft", "hard", "sample", "mean")
+MASK_INITS = ("soft", "hard", "sample", "mean", "learned")
 MAX_MASK_SLOTS = 3
 
 
@@ -40,12 +41,20 @@ class MaskConfig:
 
 
 def initial_masks(config: MaskConfig, table: np.ndarray, prompt_ids: Sequence[int],
-                  moments: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
-    """The k mask embeddings (k, d) float32 at the start of a generation (`moments`: table_moments, if known)."""
+                  moments: tuple[np.ndarray, np.ndarray] | None = None, learned: np.ndarray | None = None
+                  ) -> np.ndarray:
+    """The k mask embeddings (k, d) float32 at the start of a generation (`moments`: table_moments, if known;
+    `learned`: the adapter's trained masks, for init "learned")."""
     k, d = config.slots, table.shape[1]
     prompt = np.asarray(prompt_ids, dtype=np.int64)
     if prompt.size == 0:
         raise ValueError("mask embeddings need a non-empty prompt")
+    if config.init == "learned":
+        if learned is None or learned.shape[0] < k or learned.shape[1] != d:
+            have = "none" if learned is None else f"shape {learned.shape}"
+            raise ValueError(f"mask init 'learned' needs {k} trained masks of width {d} (the bundle has {have}): "
+                             "export the bundle with `mtpedge export --mtp-adapter ADAPTER.pt`")
+        return np.array(learned[:k], dtype=np.float32)
     if config.init == "soft":
         row = np.asarray(table[prompt], dtype=np.float64).mean(axis=0)
         return np.broadcast_to(row, (k, d)).astype(np.float32)
@@ -83,15 +92,16 @@ def updated_masks(masks: np.ndarray, new_rows: np.ndarray, rate: float) -> np.nd
 class MaskEmbeddings:
     """The current k mask vectors of one generation and their online update."""
 
-    def __init__(self, config: MaskConfig, table: np.ndarray) -> None:
+    def __init__(self, config: MaskConfig, table: np.ndarray, learned: np.ndarray | None = None) -> None:
         self.config = config
         self.table = table
+        self.learned = learned
         self.masks = np.zeros((config.slots, table.shape[1]), dtype=np.float32)
         # a pass over the whole table (~0.1-0.3 s for 49k x 576): once per drafter, not per generation
         self.moments = table_moments(table) if config.init in ("sample", "mean") else None
 
     def start(self, prompt_ids: Sequence[int]) -> None:
-        self.masks = initial_masks(self.config, self.table, prompt_ids, self.moments)
+        self.masks = initial_masks(self.config, self.table, prompt_ids, self.moments, self.learned)
 
     def observe_tokens(self, token_ids: Sequence[int]) -> None:
         rows = np.asarray(self.table[np.asarray(token_ids, dtype=np.int64)], dtype=np.float32)

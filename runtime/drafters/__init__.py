@@ -5,6 +5,7 @@
     make_drafter("esp", engine, masks=1, mask_init="mean", mask_update=0.1, tree="static:6,1", width=16)
     make_drafter("lookup", engine, width=8, max_ngram=3)
     make_drafter("hybrid", engine, masks=1, width=16, branches=2)
+    make_drafter("mtp", engine, mtp_layout="quadratic")      # needs a bundle with a trained adapter
 Options a drafter does not take are ignored only if their value is None (so a CLI can pass all of them).
 """
 
@@ -18,12 +19,14 @@ from ..generate import Drafter
 from .esp import EspDrafter
 from .hybrid import HybridDrafter
 from .lookup import LookupDrafter
+from .mtp import MtpDrafter
 
 # name -> factory(engine, **options)
 DRAFTERS: dict[str, Callable[..., Drafter]] = {
     "esp": EspDrafter,
     "lookup": LookupDrafter,
     "hybrid": HybridDrafter,
+    "mtp": MtpDrafter,
 }
 
 

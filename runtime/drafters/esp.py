@@ -61,7 +61,15 @@ class MaskProbe:
     def __init__(self, engine: Engine, config: MaskConfig) -> None:
         self.config = config
         self.k = config.slots
-        self.masks = MaskEmbeddings(config, engine.embeddings)
+        learned = None
+        # learned masks: the adapter's; if it was trained with LoRA, its gate goes on at the mask slots
+        self.lora_on_slots = False
+        if config.init == "learned":
+            from ..mtp_head import learned_masks, mtp_extras
+
+            learned = learned_masks(engine)
+            self.lora_on_slots = bool(mtp_extras(engine).get("rank"))
+        self.masks = MaskEmbeddings(config, engine.embeddings, learned)
         self.forecast: np.ndarray | None = None  # (k, vocab) logits for depths 1..k under the next root
 
     def start(self, prompt_ids: Sequence[int]) -> None:
@@ -83,6 +91,7 @@ class EspDrafter:
     def __init__(self, engine: Engine, masks: int = 1, mask_init: str = "mean", mask_update: float = 0.1,
                  tree: str | Sequence[int] | None = "static", width: int = 16, seed: int = 0) -> None:
         self.probe = MaskProbe(engine, MaskConfig(init=mask_init, slots=masks, update_rate=mask_update, seed=seed))
+        self.lora_on_slots = self.probe.lora_on_slots  # read by generate()
         self.kind, widths = parse_tree_option(tree)
         width = min(width, engine.graphs.max_width)
         self.nodes = width // (masks + 1)  # token nodes (root included) that fit with their mask slots

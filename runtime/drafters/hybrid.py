@@ -31,6 +31,7 @@ class HybridDrafter:
     def __init__(self, engine: Engine, masks: int = 1, mask_init: str = "mean", mask_update: float = 0.1,
                  width: int = 16, max_ngram: int = 3, min_ngram: int = 1, branches: int = 2, seed: int = 0) -> None:
         self.probe = MaskProbe(engine, MaskConfig(init=mask_init, slots=masks, update_rate=mask_update, seed=seed))
+        self.lora_on_slots = self.probe.lora_on_slots  # read by generate()
         width = min(width, engine.graphs.max_width)
         self.nodes = width // (masks + 1)
         if self.nodes < 1:

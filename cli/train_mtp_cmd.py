@@ -1,0 +1,78 @@
+"""mtpedge train-mtp --data DISTILL.npz --out ADAPTER.pt [--k 3 --rank 16 --steps 300 ...] [--resume]
+
+Trains the multi-token adapter (learned masks, gated LoRA, sampler head; methods.md section 2) on
+self-distilled data (`mtpedge.models.distill_data`). `--rank 0 --no-sampler` trains learned mask embeddings
+alone. The checkpoint is rewritten every --checkpoint-every steps; --resume continues it up to --steps.
+Then `mtpedge export --mtp-adapter ADAPTER.pt` (see export_mtp) writes a bundle with the adapter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", required=True, help="distillation data (.npz from mtpedge.models.distill_data)")
+    parser.add_argument("--out", required=True, help="adapter checkpoint to write (.pt)")
+    parser.add_argument("--model", default=None, help="GGUF file or Hugging Face folder (default: SmolLM2-135M)")
+    parser.add_argument("--k", type=int, default=3, help="mask slots = drafts per step (default 3)")
+    parser.add_argument("--rank", type=int, default=16, help="gated LoRA rank; 0 = no LoRA (default 16)")
+    parser.add_argument("--alpha", type=float, default=32.0, help="LoRA scale numerator (scale = alpha / rank)")
+    parser.add_argument("--no-sampler", action="store_true", help="train no sampler head")
+    parser.add_argument("--steps", type=int, default=300, help="total optimisation steps (one sample each)")
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--max-seq-len", type=int, default=256, help="tokens per sample (prompt cut from the left)")
+    parser.add_argument("--max-blocks", type=int, default=48, help="mask blocks (owner tokens) per step")
+    parser.add_argument("--lcm-weight", type=float, default=1.0, help="weight of the latent consistency loss")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--checkpoint-every", type=int, default=25)
+    parser.add_argument("--resume", action="store_true", help="continue the checkpoint at --out")
+    parser.add_argument("--curve", default=None, help="write the loss curve (JSON) here too")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from mtpedge.models.distill_data import load_distill_data
+    from mtpedge.models.loading import load_model
+    from mtpedge.models.mtp_adapter import MtpAdapter, MtpConfig
+    from mtpedge.models.mtp_training import TrainConfig, load_checkpoint, train, write_curve
+
+    torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    resume = load_checkpoint(out) if args.resume else None
+    if not args.resume and out.exists():
+        raise ValueError(f"{out} exists: pass --resume to continue it, or choose another --out")
+    samples = load_distill_data(args.data)
+    loaded = load_model(args.model)
+    mtp_config = MtpConfig(k=args.k, rank=args.rank, alpha=args.alpha, sampler=not args.no_sampler)
+    train_config = TrainConfig(steps=args.steps, lr=args.lr, warmup=args.warmup, max_seq_len=args.max_seq_len,
+                               max_blocks=args.max_blocks, lcm_weight=args.lcm_weight, seed=args.seed,
+                               checkpoint_every=args.checkpoint_every)
+    adapter = MtpAdapter(loaded.decoder, mtp_config)
+    trainable = sum(p.numel() for p in adapter.parameters() if p.requires_grad)
+    response_tokens = sum(int(s.response_ids.size) for s in samples)
+    print(f"{loaded.name}: k={args.k}, rank={args.rank}, sampler={not args.no_sampler}, "
+          f"{trainable:,} trainable parameters; {len(samples)} samples, {response_tokens:,} response tokens")
+    base_info = {"name": loaded.name, "source_sha256": loaded.source_sha256}
+    data_info = {"file": str(args.data), "samples": len(samples), "response_tokens": response_tokens}
+    started = time.perf_counter()
+
+    def progress(m: dict) -> None:
+        depths = " ".join(f"{m[key]:.2f}" for key in sorted(m) if key.startswith("top1_m"))
+        extra = f" sampler {m['ce_sampler']:.3f}" if "ce_sampler" in m else ""
+        print(f"step {m['step']}/{args.steps} loss {m['loss']:.3f} (mask CE {m['ce_mask']:.3f}{extra}, "
+              f"lcm {m.get('lcm', 0):.3f}; base NTP CE {m['ntp_ce']:.3f}) top1 per depth {depths} "
+              f"{m['seconds']:.1f} s/step, {time.perf_counter() - started:.0f} s", flush=True)
+
+    trainer = train(adapter, samples, train_config, out, base_info, data_info, resume, progress)
+    if args.curve:
+        write_curve(trainer.history, Path(args.curve))
+    print(f"adapter written to {out} ({trainer.step} steps)")
+    print(json.dumps({"steps": trainer.step, "seconds_this_run": round(time.perf_counter() - started, 1)}))
+    return 0

@@ -1,0 +1,242 @@
+"""Training the multi-token adapter on self-distilled data: one sample per step, resumable checkpoints.
+
+Per step (one DistillSample = prompt + the base model's own greedy response):
+  1. the token sequence runs once through the frozen base (no gradients; gate 0 = the base exactly): its K/V
+     become the mask block's cache, its final latents the LCM targets. Cached per sample (bounded), so later
+     epochs skip it.
+  2. a random subset of owner tokens gets k mask slots each; one gated call over all of them (gate 1);
+  3. loss = CE(plain mask logits) + CE(sampler-head logits) + lcm_weight * MSE(mask latent, NTP latent of the
+     same target, detached). The base's own NTP CE has no gradient (frozen, gate 0): it is reported only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from mtpedge.runtime.rope import inverse_frequencies, rope_tables
+
+from .mtp_adapter import MtpAdapter, MtpConfig
+from .mtp_layout import IGNORE, block_owners, causal_bias, mask_block_layout
+
+log = logging.getLogger(__name__)
+
+ADAPTER_FORMAT = "mtpedge-mtp-adapter"
+ADAPTER_VERSION = 1
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 300
+    lr: float = 1e-3
+    warmup: int = 20
+    max_seq_len: int = 256  # prompt + response tokens per sample (the prompt is cut from the left)
+    max_blocks: int = 48  # owner tokens (mask blocks) per step
+    lcm_weight: float = 1.0
+    seed: int = 0
+    checkpoint_every: int = 25
+    base_cache_mb: int = 2000  # memory for cached base passes (K/V + latents) across epochs
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.max_blocks < 1 or self.max_seq_len < 4:
+            raise ValueError("steps and max_blocks must be >= 1 and max_seq_len >= 4")
+        if self.lr <= 0:
+            raise ValueError(f"the learning rate must be > 0, got {self.lr}")
+
+
+@dataclass
+class BasePass:
+    kv: list[torch.Tensor]  # per layer (1, Hkv, T, D), interleaved key/value
+    hidden: torch.Tensor  # (T, d) final-normed latents (LCM targets)
+    ntp_ce: float  # the base's own CE on the response (reported, no gradient)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * 4 for t in self.kv) + self.hidden.numel() * 4
+
+
+def sample_tokens(prompt_ids: np.ndarray, response_ids: np.ndarray, max_len: int) -> tuple[np.ndarray, int]:
+    """prompt + response cut to max_len tokens (prompt cut from the left, then the response's tail)."""
+    prompt = np.asarray(prompt_ids, dtype=np.int64)
+    response = np.asarray(response_ids, dtype=np.int64)[: max_len - 1]
+    keep = max(1, max_len - response.size)
+    prompt = prompt[-keep:]
+    return np.concatenate([prompt, response]), prompt.size
+
+
+class MtpTrainer:
+    def __init__(self, adapter: MtpAdapter, config: TrainConfig) -> None:
+        self.adapter = adapter
+        self.config = config
+        cfg = adapter.decoder.cfg
+        self.inv_freq = inverse_frequencies(cfg.rope, cfg.head_dim)
+        params = [p for p in adapter.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
+        self.step = 0
+        self.history: list[dict] = []
+        self._cache: dict[int, BasePass] = {}
+        self._cache_bytes = 0
+
+    def _rope(self, positions: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        cos, sin = rope_tables(positions, self.inv_freq)
+        return torch.from_numpy(cos), torch.from_numpy(sin)
+
+    def base_pass(self, index: int, tokens: np.ndarray, prompt_len: int) -> BasePass:
+        if index in self._cache:
+            return self._cache[index]
+        cfg = self.adapter.decoder.cfg
+        t_len = tokens.shape[0]
+        ids = torch.from_numpy(tokens)
+        empty = [torch.zeros(1, cfg.num_kv_heads, 0, cfg.head_dim)] * (2 * cfg.num_layers)
+        cos, sin = self._rope(np.arange(t_len))
+        with torch.no_grad():
+            embeds = self.adapter.decoder.model.embed_tokens(ids)[None]
+            hidden, kv = self.adapter.run(embeds, torch.from_numpy(causal_bias(t_len)), cos, sin, empty, None)
+            logits = self.adapter.unembed(hidden[0, prompt_len - 1: -1])
+            ntp_ce = float(F.cross_entropy(logits, ids[prompt_len:]))
+        result = BasePass(kv, hidden[0], ntp_ce)
+        if self._cache_bytes + result.nbytes <= self.config.base_cache_mb * 2**20:
+            self._cache[index] = result
+            self._cache_bytes += result.nbytes
+        return result
+
+    def lr_at(self, step: int) -> float:
+        return self.config.lr * min(1.0, (step + 1) / max(1, self.config.warmup))
+
+    def train_step(self, index: int, prompt_ids: np.ndarray, response_ids: np.ndarray) -> dict:
+        """One optimisation step on one sample; returns its metrics."""
+        started = time.perf_counter()
+        cfg = self.config
+        k = self.adapter.config.k
+        rng = np.random.default_rng(cfg.seed * 1_000_003 + self.step)
+        tokens, prompt_len = sample_tokens(prompt_ids, response_ids, cfg.max_seq_len)
+        base = self.base_pass(index, tokens, prompt_len)
+        owners = block_owners(prompt_len, tokens.shape[0], cfg.max_blocks, rng)
+        if owners.size == 0:
+            return {}
+        layout = mask_block_layout(tokens, owners, k)
+        n = layout.positions.shape[0]
+        embeds = self.adapter.masks.repeat(owners.size, 1)[None]  # (1, N, d): block-major, mask j in order
+        cos, sin = self._rope(layout.positions)
+        gate = torch.ones(1, n)
+        hidden, _ = self.adapter.run(embeds, torch.from_numpy(layout.bias), cos, sin, base.kv, gate)
+        hidden = hidden[0]
+        targets = torch.from_numpy(layout.targets)
+        valid = targets != IGNORE
+        plain_logits = self.adapter.unembed(hidden[valid])
+        ce_plain = F.cross_entropy(plain_logits, targets[valid])
+        loss = ce_plain
+        metrics = {"ce_mask": float(ce_plain.detach())}
+        if self.adapter.sampler is not None:
+            prev = torch.from_numpy(layout.prev_tokens)[valid]
+            sampled_logits = self.adapter.unembed(self.adapter.sampler_hidden(prev, hidden[valid]))
+            ce_sampler = F.cross_entropy(sampled_logits, targets[valid])
+            loss = loss + ce_sampler
+            metrics["ce_sampler"] = float(ce_sampler.detach())
+        else:
+            sampled_logits = plain_logits
+        if cfg.lcm_weight:
+            ntp_latent = base.hidden[torch.from_numpy(layout.ntp_rows)[valid]].detach()
+            lcm = F.mse_loss(hidden[valid], ntp_latent)
+            loss = loss + cfg.lcm_weight * lcm
+            metrics["lcm"] = float(lcm.detach())
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr_at(self.step)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        self.step += 1
+        depth = torch.from_numpy(np.tile(np.arange(k), owners.size))[valid]
+        hits = (sampled_logits.argmax(-1) == targets[valid]).float()
+        metrics.update({"step": self.step, "loss": float(loss.detach()), "ntp_ce": base.ntp_ce,
+                        "mask_slots": int(valid.sum()), "seconds": round(time.perf_counter() - started, 3)})
+        for j in range(k):
+            sel = depth == j
+            if sel.any():
+                metrics[f"top1_m{j + 1}"] = float(hits[sel].mean())
+        return metrics
+
+
+def save_checkpoint(path: Path, trainer: MtpTrainer, base_info: dict, data_info: dict) -> None:
+    """Adapter + optimizer + history, written to a temp file and renamed (an interrupted save leaves the old one)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "format": ADAPTER_FORMAT, "version": ADAPTER_VERSION,
+        "mtp_config": trainer.adapter.config.to_dict(), "train_config": asdict(trainer.config),
+        "base": base_info, "data": data_info, "step": trainer.step,
+        "state": trainer.adapter.trainable_state(), "optimizer": trainer.optimizer.state_dict(),
+        "history": trainer.history,
+    }
+    tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    torch.save(payload, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"adapter checkpoint {path} does not exist: train one with `mtpedge train-mtp`")
+    payload = torch.load(path, map_location="cpu", weights_only=False)
+    if not isinstance(payload, dict) or payload.get("format") != ADAPTER_FORMAT:
+        raise ValueError(f"{path} is not an mtpedge MTP adapter checkpoint")
+    if payload.get("version") != ADAPTER_VERSION:
+        raise ValueError(f"{path}: adapter version {payload.get('version')}, this mtpedge reads {ADAPTER_VERSION}; "
+                         "retrain with `mtpedge train-mtp`")
+    return payload
+
+
+def adapter_from_checkpoint(decoder, payload: dict) -> MtpAdapter:
+    adapter = MtpAdapter(decoder, MtpConfig(**payload["mtp_config"]))
+    adapter.load_trainable_state(payload["state"])
+    return adapter
+
+
+def train(adapter: MtpAdapter, samples: list, config: TrainConfig, checkpoint: Path, base_info: dict,
+          data_info: dict, resume: dict | None = None, progress: Callable[[dict], None] | None = None) -> MtpTrainer:
+    """Run `config.steps` steps in total (continuing a resumed checkpoint), checkpointing as it goes."""
+    if not samples:
+        raise ValueError("no training samples: make the distillation data first")
+    trainer = MtpTrainer(adapter, config)
+    if resume is not None:
+        if resume["mtp_config"] != adapter.config.to_dict():
+            raise ValueError(f"the checkpoint was trained with {resume['mtp_config']}, not {adapter.config.to_dict()}:"
+                             " resume with the same --k / --rank / --no-sampler")
+        adapter.load_trainable_state(resume["state"])
+        trainer.optimizer.load_state_dict(resume["optimizer"])
+        trainer.step, trainer.history = resume["step"], list(resume["history"])
+    order_rng = np.random.default_rng(config.seed)
+    order = order_rng.permutation(len(samples))
+    while trainer.step < config.steps:
+        index = int(order[trainer.step % len(samples)])
+        sample = samples[index]
+        metrics = trainer.train_step(index, sample.prompt_ids, sample.response_ids)
+        if not metrics:
+            trainer.step += 1
+            continue
+        if not all(math.isfinite(v) for v in metrics.values() if isinstance(v, float)):
+            raise FloatingPointError(f"non-finite loss at step {trainer.step}: {metrics}; lower --lr")
+        trainer.history.append(metrics)
+        if progress:
+            progress(metrics)
+        if trainer.step % config.checkpoint_every == 0 or trainer.step == config.steps:
+            save_checkpoint(checkpoint, trainer, base_info, data_info)
+    return trainer
+
+
+def write_curve(history: list[dict], path: Path) -> None:
+    """The loss curve as JSON (one record per step)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.partial")
+    tmp.write_text(json.dumps(history, indent=None))
+    os.replace(tmp, path)

@@ -1,0 +1,88 @@
+"""The multi-token adapter's host side: learned mask embeddings and the sampler head, in numpy.
+
+The sampler head (models/mtp_adapter.SamplerHead) runs sequentially over the k masks of one owner:
+draft j comes from [embedding of draft j-1 (the root for j = 1); hidden state of mask j]:
+
+    h' = h + W2 rmsnorm(silu(W1 [e_prev; h] + b1)) + b2,    logits = U h'
+
+Scoring all of U (vocab x hidden, 113 MB for SmolLM2) per mask is a memory-bound matrix-vector product;
+`candidates` > 0 scores only the top rows of the mask's plain logits (which the graph already computed),
+a shortlist that nearly always contains the sampler's choice. Drafts are proposals only (the verifier
+decides), so the shortlist changes speed, never the output.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .bundle import BundleError
+from .engine import Engine
+
+
+def mtp_extras(engine: Engine) -> dict:
+    extras = engine.manifest.extras.get("mtp")
+    if not extras:
+        raise BundleError(f"bundle {engine.folder} has no multi-token adapter: train one with `mtpedge train-mtp` and "
+                          "export it with `mtpedge export --mtp-adapter ADAPTER.pt`")
+    return extras
+
+
+def _load(engine: Engine, name: str) -> np.ndarray:
+    path = engine.folder / name
+    if not path.is_file():
+        raise BundleError(f"bundle {engine.folder} lacks {name} named by its manifest: re-run `mtpedge export "
+                          "--mtp-adapter ...`")
+    return np.load(path)
+
+
+def learned_masks(engine: Engine) -> np.ndarray:
+    """The adapter's k learned mask embeddings (k, hidden) float32."""
+    masks = _load(engine, mtp_extras(engine)["masks_file"]).astype(np.float32)
+    if masks.ndim != 2 or masks.shape[1] != engine.config.hidden_size:
+        raise BundleError(f"learned masks of shape {masks.shape} do not fit hidden size {engine.config.hidden_size}")
+    return masks
+
+
+def _rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
+
+
+class SamplerHead:
+    """The trained sampler head of a bundle; `draft(root, mask_hidden, mask_logits)` -> k draft tokens."""
+
+    def __init__(self, engine: Engine, candidates: int = 64) -> None:
+        extras = mtp_extras(engine)
+        if not extras.get("sampler"):
+            raise BundleError(f"the adapter of {engine.folder} has no sampler head (trained with --no-sampler)")
+        with _load(engine, extras["sampler_file"]) as z:
+            self.w1, self.b1 = z["fc1_weight"], z["fc1_bias"]
+            self.norm, self.eps = z["norm_weight"], float(z["eps"])
+            self.w2, self.b2 = z["fc2_weight"], z["fc2_bias"]
+        unembedding = extras.get("unembedding", "embeddings")
+        self.unembed = engine.embeddings if unembedding == "embeddings" else np.load(
+            engine.folder / unembedding, mmap_mode="r")
+        self.table = engine.embeddings
+        self.candidates = candidates
+
+    def hidden(self, prev_token: int, mask_hidden: np.ndarray) -> np.ndarray:
+        x = np.concatenate([np.asarray(self.table[prev_token], dtype=np.float32), mask_hidden])
+        u = self.w1 @ x + self.b1
+        u = u / (1.0 + np.exp(-u))  # SiLU (u * sigmoid(u))
+        u = _rms_norm(u, self.norm, self.eps)
+        return mask_hidden + self.w2 @ u + self.b2
+
+    def best_token(self, h: np.ndarray, plain_logits: np.ndarray | None) -> int:
+        if self.candidates and plain_logits is not None and self.candidates < plain_logits.shape[0]:
+            shortlist = np.argpartition(-plain_logits, self.candidates)[: self.candidates]
+            scores = np.asarray(self.unembed[np.sort(shortlist)], dtype=np.float32) @ h
+            return int(np.sort(shortlist)[int(np.argmax(scores))])
+        return int(np.argmax(np.asarray(self.unembed, dtype=np.float32) @ h))
+
+    def draft(self, root: int, mask_hidden: np.ndarray, mask_logits: np.ndarray | None) -> list[int]:
+        """k drafts after `root`, each conditioned on the one before (teacher forcing at training time)."""
+        drafts, prev = [], root
+        for j in range(mask_hidden.shape[0]):
+            h = self.hidden(prev, mask_hidden[j])
+            prev = self.best_token(h, None if mask_logits is None else mask_logits[j])
+            drafts.append(prev)
+        return drafts

@@ -1,0 +1,168 @@
+"""The multi-token adapter exported and decoded: gate-0 identity with the base graphs, the adapter path's
+parity with PyTorch, the host sampler head, and lossless greedy decoding with the `mtp` drafter."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from mtpedge.export.bundle_writer import ExportConfig, export_bundle
+from mtpedge.models.loading import load_model
+from mtpedge.models.mtp_adapter import MtpAdapter, MtpConfig
+from mtpedge.models.mtp_training import MtpTrainer, TrainConfig, save_checkpoint
+from mtpedge.runtime.drafters import make_drafter
+from mtpedge.runtime.engine import Engine
+from mtpedge.runtime.generate import generate
+from mtpedge.runtime.mtp_head import SamplerHead, learned_masks
+from tests.conftest import TINY_CONTEXT, TINY_DECODE_WIDTHS, TINY_PREFILL
+
+PROMPTS = [[1, 5, 9, 2], [7, 7, 7, 7, 7, 7], [3, 14, 15, 92, 65, 35, 89], [42], [11, 12, 13, 14, 15, 16, 17, 18]]
+
+
+def _random_adapter(model_dir, config: MtpConfig, seed: int = 0) -> MtpAdapter:
+    """An adapter with every part away from its initial value, so that a leak or a mismatch would show."""
+    torch.manual_seed(seed)
+    adapter = MtpAdapter(load_model(model_dir).decoder, config)
+    with torch.no_grad():
+        adapter.masks.normal_()
+        for module in adapter.lora.values():
+            module.lora_B.normal_(std=0.05)
+        if adapter.sampler is not None:
+            adapter.sampler.fc2.weight.normal_(std=0.05)
+    return adapter
+
+
+@pytest.fixture(scope="module")
+def mtp_bundle(tiny_model_dir, tmp_path_factory):
+    """mtp_bundle(rank, sampler) -> (bundle folder, adapter) for the tiny llama."""
+    made = {}
+
+    def make(rank: int = 4, sampler: bool = True):
+        if (rank, sampler) not in made:
+            folder = tmp_path_factory.mktemp(f"mtp_r{rank}_s{int(sampler)}")
+            adapter = _random_adapter(tiny_model_dir("llama"), MtpConfig(k=3, rank=rank, sampler=sampler))
+            save_checkpoint(folder / "adapter.pt", MtpTrainer(adapter, TrainConfig()), {"name": "tiny"}, {})
+            config = ExportConfig(context=TINY_CONTEXT, prefill_width=TINY_PREFILL, decode_widths=TINY_DECODE_WIDTHS,
+                                  mtp_adapter=str(folder / "adapter.pt"))
+            made[(rank, sampler)] = (export_bundle(tiny_model_dir("llama"), folder / "bundle", config), adapter)
+        return made[(rank, sampler)]
+
+    return make
+
+
+def test_adapter_graph_with_gate_zero_equals_the_base_graph(mtp_bundle, tiny_bundle):
+    folder, _ = mtp_bundle()
+    base, adapted = Engine.load(tiny_bundle("llama"), threads=1), Engine.load(folder, threads=1)
+    assert "lora_gate" in adapted.graphs.entries[0].inputs and "lora_gate" not in base.graphs.entries[0].inputs
+    for prompt in PROMPTS:
+        base.reset(), adapted.reset()
+        np.testing.assert_allclose(adapted.prefill(prompt), base.prefill(prompt), atol=1e-6, rtol=0)
+        for engine in (base, adapted):  # one tree call of width 8 after the prompt
+            engine.last = engine.run_block(engine.embed(np.arange(5, 13)), np.arange(-1, 7))
+        np.testing.assert_allclose(adapted.last.logits, base.last.logits, atol=1e-6, rtol=0)
+        for layer in range(base.config.num_layers):
+            np.testing.assert_allclose(adapted.last.new_keys[layer], base.last.new_keys[layer], atol=1e-6, rtol=0)
+
+
+def test_adapter_graph_with_gate_one_matches_pytorch(mtp_bundle):
+    folder, adapter = mtp_bundle()
+    engine = Engine.load(folder, threads=1)
+    prompt = np.array([3, 1, 4, 1, 5, 9, 2, 6])
+    engine.prefill(prompt)
+    masks = learned_masks(engine)
+    np.testing.assert_array_equal(masks, adapter.masks.detach().numpy())
+    chain = np.arange(-1, 3)
+    gate = np.array([0, 1, 1, 1], dtype=np.float32)
+    embeds = np.concatenate([engine.embed([7]), masks])
+    out = engine.run_block(embeds, chain, gate)
+    # reference: the whole sequence [prompt, 7, masks] causally in PyTorch, gate 1 on the masks
+    tokens = torch.from_numpy(np.concatenate([prompt, [7]]))
+    full = torch.cat([adapter.decoder.model.embed_tokens(tokens), adapter.masks]).detach()[None]
+    from mtpedge.models.mtp_layout import causal_bias
+    from mtpedge.runtime.rope import inverse_frequencies, rope_tables
+
+    n = full.shape[1]
+    cos, sin = rope_tables(np.arange(n), inverse_frequencies(adapter.decoder.cfg.rope, adapter.decoder.cfg.head_dim))
+    cfg = adapter.decoder.cfg
+    past = [torch.zeros(1, cfg.num_kv_heads, 0, cfg.head_dim)] * (2 * cfg.num_layers)
+    full_gate = torch.zeros(1, n)
+    full_gate[0, -3:] = 1
+    with torch.no_grad():
+        hidden, _ = adapter.run(full, torch.from_numpy(causal_bias(n)), torch.from_numpy(cos), torch.from_numpy(sin),
+                                past, full_gate)
+        logits = adapter.unembed(hidden)
+    np.testing.assert_allclose(out.hidden, hidden[0, -4:].numpy(), atol=2e-5, rtol=1e-4)
+    np.testing.assert_allclose(out.logits, logits[0, -4:].numpy(), atol=2e-5, rtol=1e-4)
+    no_gate = engine.run_block(embeds, chain)
+    assert np.abs(no_gate.logits[1:] - out.logits[1:]).max() > 1e-3  # the LoRA is really in the graph
+    np.testing.assert_allclose(no_gate.logits[0], out.logits[0], atol=1e-6, rtol=0)
+
+
+def test_host_sampler_head_matches_pytorch(mtp_bundle):
+    folder, adapter = mtp_bundle()
+    engine = Engine.load(folder, threads=1)
+    full = SamplerHead(engine, candidates=0)
+    rng = np.random.default_rng(0)
+    hidden = rng.standard_normal((3, engine.config.hidden_size)).astype(np.float32)
+    prev = 17
+    with torch.no_grad():
+        ref = adapter.sampler_hidden(torch.tensor([prev]), torch.from_numpy(hidden[:1]))[0].numpy()
+        ref_logits = adapter.unembed(torch.from_numpy(ref)).numpy()
+    np.testing.assert_allclose(full.hidden(prev, hidden[0]), ref, atol=1e-5, rtol=1e-5)
+    assert full.best_token(ref, None) == int(np.argmax(ref_logits))
+    # the shortlist picks the best of the candidates it is given
+    shortlist = SamplerHead(engine, candidates=8)
+    plain = rng.standard_normal(engine.config.vocab_size).astype(np.float32)
+    pick = shortlist.best_token(ref, plain)
+    top8 = np.argsort(-plain)[:8]
+    assert pick in top8 and pick == int(top8[np.argmax(ref_logits[top8])])
+
+
+@pytest.mark.parametrize("rank,sampler", [(4, True), (4, False), (0, False)])
+@pytest.mark.parametrize("layout", ["linear", "quadratic"])
+def test_mtp_greedy_output_equals_plain_decoding(mtp_bundle, tiny_bundle, rank, sampler, layout):
+    folder, _ = mtp_bundle(rank, sampler)
+    engine, base = Engine.load(folder, threads=1), Engine.load(tiny_bundle("llama"), threads=1)
+    calls = 0
+    for prompt in PROMPTS:
+        plain = generate(base, prompt, max_new_tokens=40, stop_token_ids=set())
+        drafter = make_drafter("mtp", engine, mtp_layout=layout)
+        result = generate(engine, prompt, max_new_tokens=40, stop_token_ids=set(), drafter=drafter)
+        assert result.token_ids == plain.token_ids
+        calls += result.stats.decode_calls
+        assert drafter.settings["sampler"] == sampler
+    assert calls > 0
+
+
+def test_esp_with_learned_masks_is_lossless(mtp_bundle, tiny_bundle):
+    for rank in (0, 4):
+        folder, adapter = mtp_bundle(rank, rank > 0)
+        engine, base = Engine.load(folder, threads=1), Engine.load(tiny_bundle("llama"), threads=1)
+        drafter = make_drafter("esp", engine, masks=2, mask_init="learned", mask_update=0.0)
+        assert drafter.lora_on_slots == (rank > 0)
+        np.testing.assert_array_equal(drafter.probe.masks.learned, adapter.masks.detach().numpy())
+        for prompt in PROMPTS[:3]:
+            plain = generate(base, prompt, max_new_tokens=30, stop_token_ids=set())
+            assert generate(engine, prompt, max_new_tokens=30, stop_token_ids=set(), drafter=drafter).token_ids == \
+                plain.token_ids
+
+
+def test_mtp_drafter_refuses_bundles_without_an_adapter(tiny_bundle):
+    from mtpedge.runtime.bundle import BundleError
+
+    engine = Engine.load(tiny_bundle("llama"), threads=1)
+    with pytest.raises(BundleError, match="train-mtp"):
+        make_drafter("mtp", engine)
+    with pytest.raises(BundleError, match="mtp-adapter"):
+        make_drafter("esp", engine, mask_init="learned")
+    with pytest.raises(BundleError, match="mtp-adapter"):
+        engine.run_block(engine.embed([1, 2]), np.array([-1, 0]), np.array([0, 1], dtype=np.float32))
+
+
+def test_mtp_drafter_checks_its_settings(mtp_bundle):
+    engine = Engine.load(mtp_bundle()[0], threads=1)
+    with pytest.raises(ValueError, match="k = 3"):
+        make_drafter("mtp", engine, masks=4)
+    with pytest.raises(ValueError, match="linear or quadratic"):
+        make_drafter("mtp", engine, mtp_layout="cubic")

@@ -1,0 +1,132 @@
+"""The multi-token adapter's model side: layout, gate-0 identity with the base, training and resuming."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from mtpedge.models.distill_data import DistillSample
+from mtpedge.models.mtp_adapter import MtpAdapter, MtpConfig
+from mtpedge.models.mtp_layout import IGNORE, block_owners, causal_bias, mask_block_layout
+from mtpedge.models.mtp_training import TrainConfig, load_checkpoint, train
+from mtpedge.runtime.rope import inverse_frequencies, rope_tables
+
+
+@pytest.fixture()
+def tiny_decoder(tiny_model_dir):
+    from mtpedge.models.loading import load_model
+
+    torch.set_num_threads(1)
+    return load_model(tiny_model_dir("llama")).decoder
+
+
+def test_layout_follows_the_attention_rule():
+    tokens = np.array([10, 11, 12, 13, 14, 15])
+    layout = mask_block_layout(tokens, np.array([1, 3]), k=2)
+    visible = layout.bias[0, 0] == 0
+    # block of owner 1: sees tokens 0..1; mask 2 also sees mask 1 of its own block, never the other block
+    assert visible[0].tolist() == [1, 1, 0, 0, 0, 0] + [1, 0, 0, 0]
+    assert visible[1].tolist() == [1, 1, 0, 0, 0, 0] + [1, 1, 0, 0]
+    assert visible[3].tolist() == [1, 1, 1, 1, 0, 0] + [0, 0, 1, 1]
+    assert layout.positions.tolist() == [2, 3, 4, 5]
+    assert layout.targets.tolist() == [13, 14, 15, IGNORE]  # mask j after x_t predicts x_{t+2+j}
+    assert layout.prev_tokens.tolist() == [12, 13, 14, 15]
+    assert layout.ntp_rows.tolist() == [2, 3, 4, -1]
+
+
+def test_block_owners_cover_the_response():
+    owners = block_owners(prompt_len=3, total_len=8, max_blocks=None, rng=np.random.default_rng(0))
+    assert owners.tolist() == [2, 3, 4, 5]
+    sub = block_owners(3, 8, 2, np.random.default_rng(0))
+    assert sub.size == 2 and set(sub.tolist()) <= {2, 3, 4, 5} and sub.tolist() == sorted(sub.tolist())
+
+
+def _rope(decoder, positions):
+    cos, sin = rope_tables(np.asarray(positions), inverse_frequencies(decoder.cfg.rope, decoder.cfg.head_dim))
+    return torch.from_numpy(cos), torch.from_numpy(sin)
+
+
+def _empty_past(decoder):
+    cfg = decoder.cfg
+    return [torch.zeros(1, cfg.num_kv_heads, 0, cfg.head_dim)] * (2 * cfg.num_layers)
+
+
+def test_gate_zero_is_the_base_model_exactly(tiny_decoder):
+    tokens = torch.arange(3, 12)
+    t = tokens.numel()
+    bias, (cos, sin) = torch.from_numpy(causal_bias(t)), _rope(tiny_decoder, np.arange(t))
+    embeds = tiny_decoder.model.embed_tokens(tokens)[None].detach()
+    with torch.no_grad():
+        base_logits = tiny_decoder(embeds, bias, cos, sin, *_empty_past(tiny_decoder))[0]
+        adapter = MtpAdapter(tiny_decoder, MtpConfig(k=2, rank=4))
+        for module in adapter.lora.values():  # a trained-looking LoRA, so that a leak would show
+            module.lora_B.normal_()
+        for gate in (None, torch.zeros(1, t)):
+            hidden, _ = adapter.run(embeds, bias, cos, sin, _empty_past(tiny_decoder), gate)
+            assert torch.equal(adapter.unembed(hidden), base_logits)
+        hidden, _ = adapter.run(embeds, bias, cos, sin, _empty_past(tiny_decoder), torch.ones(1, t))
+        assert not torch.allclose(adapter.unembed(hidden), base_logits)
+
+
+def test_mask_block_equals_masks_appended_to_a_prefix(tiny_decoder):
+    """The batched layout (all blocks in one call over the token cache) = each block run as a plain chain."""
+    torch.manual_seed(0)
+    adapter = MtpAdapter(tiny_decoder, MtpConfig(k=3, rank=4))
+    with torch.no_grad():
+        for module in adapter.lora.values():
+            module.lora_B.normal_(std=0.1)
+        adapter.masks.normal_()
+    tokens = np.arange(20, 32)
+    t = tokens.size
+    embeds = tiny_decoder.model.embed_tokens(torch.from_numpy(tokens))[None].detach()
+    with torch.no_grad():
+        _, kv = adapter.run(embeds, torch.from_numpy(causal_bias(t)), *_rope(tiny_decoder, np.arange(t)),
+                            _empty_past(tiny_decoder), None)
+        owners = np.array([2, 5, 9])
+        layout = mask_block_layout(tokens, owners, 3)
+        batched, _ = adapter.run(adapter.masks.repeat(3, 1)[None], torch.from_numpy(layout.bias),
+                                 *_rope(tiny_decoder, layout.positions), kv, torch.ones(1, 9))
+        for b, owner in enumerate(owners):
+            chain = torch.cat([embeds[0, : owner + 1], adapter.masks])[None]
+            n = owner + 4
+            gate = torch.zeros(1, n)
+            gate[0, owner + 1:] = 1
+            hidden, _ = adapter.run(chain, torch.from_numpy(causal_bias(n)), *_rope(tiny_decoder, np.arange(n)),
+                                    _empty_past(tiny_decoder), gate)
+            torch.testing.assert_close(batched[0, 3 * b: 3 * b + 3], hidden[0, -3:], atol=1e-5, rtol=1e-5)
+
+
+def _samples(vocab: int, count: int = 4) -> list[DistillSample]:
+    rng = np.random.default_rng(1)
+    return [DistillSample(rng.integers(0, vocab, 5), rng.integers(0, vocab, 14)) for _ in range(count)]
+
+
+def test_training_lowers_the_loss_and_resume_continues_exactly(tiny_model_dir, tmp_path):
+    from mtpedge.models.loading import load_model
+
+    torch.set_num_threads(1)
+    samples = _samples(load_model(tiny_model_dir("llama")).config.vocab_size, 2)
+    config = TrainConfig(steps=30, lr=1e-2, warmup=1, max_blocks=8, checkpoint_every=10)
+    info = {"name": "tiny"}
+
+    def fresh():
+        torch.manual_seed(0)
+        return MtpAdapter(load_model(tiny_model_dir("llama")).decoder, MtpConfig(k=2, rank=4))
+
+    full = train(fresh(), samples, config, tmp_path / "full.pt", info, info)
+    losses = [m["loss"] for m in full.history]
+    assert np.mean(losses[-4:]) < 0.8 * np.mean(losses[:4])
+    half = TrainConfig(**{**config.__dict__, "steps": 14})
+    train(fresh(), samples, half, tmp_path / "half.pt", info, info)
+    resumed = train(fresh(), samples, config, tmp_path / "half.pt", info, info, resume=load_checkpoint(
+        tmp_path / "half.pt"))
+    assert resumed.step == 30
+    end_full, end_resumed = load_checkpoint(tmp_path / "full.pt"), load_checkpoint(tmp_path / "half.pt")
+    for name, value in end_full["state"].items():
+        torch.testing.assert_close(end_resumed["state"][name], value, atol=1e-6, rtol=1e-5)
+
+
+def test_masks_only_adapter_has_only_mask_parameters(tiny_decoder):
+    adapter = MtpAdapter(tiny_decoder, MtpConfig(k=3, rank=0, sampler=False))
+    assert list(adapter.trainable_state()) == ["masks"]
