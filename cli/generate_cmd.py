@@ -31,7 +31,7 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
                        help="esp/hybrid: mask embedding init (mean = vocab mean; learned = the bundle's trained "
                             "adapter masks, see train-mtp)")
     group.add_argument("--mask-update", type=float, default=None,
-                       help="esp/hybrid: online update rate lambda of the mask embeddings (default 0.1)")
+                       help="esp/hybrid: online update rate lambda of the mask embeddings (default 0.1; 0 for learned)")
     group.add_argument("--tree", default=None, help="esp: dynamic, static, or static:W1,W2,... per-depth widths")
     group.add_argument("--mtp-layout", choices=["linear", "quadratic"], default=None,
                        help="mtp: masks after the last draft only (linear) or after every draft (quadratic)")

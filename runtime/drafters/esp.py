@@ -88,8 +88,10 @@ class MaskProbe:
 class EspDrafter:
     name = "esp"
 
-    def __init__(self, engine: Engine, masks: int = 1, mask_init: str = "mean", mask_update: float = 0.1,
+    def __init__(self, engine: Engine, masks: int = 1, mask_init: str = "mean", mask_update: float | None = None,
                  tree: str | Sequence[int] | None = "static", width: int = 16, seed: int = 0) -> None:
+        if mask_update is None:  # the online update pulls learned masks away from what they were trained to be
+            mask_update = 0.0 if mask_init == "learned" else 0.1
         self.probe = MaskProbe(engine, MaskConfig(init=mask_init, slots=masks, update_rate=mask_update, seed=seed))
         self.lora_on_slots = self.probe.lora_on_slots  # read by generate()
         self.kind, widths = parse_tree_option(tree)

@@ -28,8 +28,10 @@ from .lookup import NgramSource
 class HybridDrafter:
     name = "hybrid"
 
-    def __init__(self, engine: Engine, masks: int = 1, mask_init: str = "mean", mask_update: float = 0.1,
+    def __init__(self, engine: Engine, masks: int = 1, mask_init: str = "mean", mask_update: float | None = None,
                  width: int = 16, max_ngram: int = 3, min_ngram: int = 1, branches: int = 2, seed: int = 0) -> None:
+        if mask_update is None:  # the online update pulls learned masks away from what they were trained to be
+            mask_update = 0.0 if mask_init == "learned" else 0.1
         self.probe = MaskProbe(engine, MaskConfig(init=mask_init, slots=masks, update_rate=mask_update, seed=seed))
         self.lora_on_slots = self.probe.lora_on_slots  # read by generate()
         width = min(width, engine.graphs.max_width)

@@ -1,0 +1,151 @@
+"""τ, speed and losslessness of the trained multi-token drafters vs the training-free ones, interleaved.
+
+    python benchmarks/mtp_bench.py --adapter-bundle /tmp/mtp-bundle --masks-bundle /tmp/mtp-masks-bundle \
+        --per-category 4 --max-new-tokens 128 --out benchmarks/results/mtp/bench.json
+
+Two bundles of the same base weights: `--masks-bundle` has the plain base graphs plus learned masks trained
+alone (rung 0: `train-mtp --rank 0 --no-sampler`); `--adapter-bundle` has the gated-LoRA graphs, masks and
+sampler head. Every configuration answers every question in turn (the order rotates per question, so machine
+noise hits all alike); each greedy output is compared token for token with `none` on the adapter bundle
+(gate 0), and `none-base` (plain decoding of the base graphs) gives the speed reference. Questions go
+round-robin over categories, so a run cut short by --time-limit still covers every category.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from mtpedge.runtime.drafters import make_drafter
+from mtpedge.runtime.engine import Engine
+from mtpedge.runtime.generate import generate
+
+QUESTIONS = Path("/work/shared/data/spec_bench/question.jsonl")
+
+
+def load_questions(path: Path, per_category: int) -> list[dict]:
+    """The same spread as benchmarks/esp_bench.py: evenly over each category, then round-robin."""
+    by_category: dict[str, list[dict]] = defaultdict(list)
+    for line in path.read_text().splitlines():
+        q = json.loads(line)
+        by_category[q["category"]].append(q)
+    picked = {}
+    for category in sorted(by_category):
+        items = by_category[category]
+        picked[category] = items[:: max(1, len(items) // per_category)][:per_category]
+    return [picked[cat][i] for i in range(per_category) for cat in sorted(picked) if i < len(picked[cat])]
+
+
+def setups(args) -> list[tuple[str, str, str, dict]]:
+    """(label, bundle key, drafter, options)."""
+    return [
+        ("none", "adapter", "none", {}),
+        ("none-base", "masks", "none", {}),
+        ("esp-mean", "masks", "esp", {"mask_init": "mean", "masks": 1}),
+        ("esp-learned", "masks", "esp", {"mask_init": "learned", "masks": 1, "mask_update": 0.0}),
+        ("lookup", "masks", "lookup", {}),
+        ("hybrid", "masks", "hybrid", {}),
+        ("mtp-linear", "adapter", "mtp", {"mtp_layout": "linear"}),
+        ("mtp-quadratic", "adapter", "mtp", {"mtp_layout": "quadratic"}),
+    ]
+
+
+def summarise(rows: dict[str, list[dict]], labels: list[str]) -> tuple[dict, dict]:
+    categories = sorted({r["category"] for r in rows["none"]})
+    tau = {}
+    for label in labels:
+        for cat in categories + ["overall"]:
+            sel = [r for r in rows[label] if cat == "overall" or r["category"] == cat]
+            tau.setdefault(label, {})[cat] = round(1 + sum(r["accepted"] for r in sel) / max(1, sum(
+                r["calls"] for r in sel)), 3)
+    base = sum(r["tokens"] - 1 for r in rows["none-base"]) / sum(r["decode_s"] for r in rows["none-base"])
+    speed = {}
+    for label in labels:
+        sel = rows[label]
+        tps = sum(r["tokens"] - 1 for r in sel) / sum(r["decode_s"] for r in sel)
+        calls = max(1, sum(r["calls"] for r in sel))
+        speed[label] = {"tokens_per_s": round(tps, 2), "vs_none_base": round(tps / base, 3),
+                        "graph_ms_per_call": round(1000 * sum(r["graph_s"] for r in sel) / calls, 2),
+                        "host_ms_per_step": round(1000 * sum(r["decode_s"] - r["graph_s"] for r in sel) / calls, 2)}
+    return tau, speed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--adapter-bundle", required=True)
+    parser.add_argument("--masks-bundle", required=True)
+    parser.add_argument("--questions", default=str(QUESTIONS))
+    parser.add_argument("--per-category", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--time-limit", type=float, default=None, help="seconds; stop after the current question")
+    parser.add_argument("--out", default=None, help="write the JSON result here")
+    args = parser.parse_args()
+
+    engines = {"adapter": Engine.load(args.adapter_bundle, threads=args.threads),
+               "masks": Engine.load(args.masks_bundle, threads=args.threads)}
+    plan = setups(args)
+    labels = [label for label, *_ in plan]
+    drafters = {label: make_drafter(name, engines[key], **opts) for label, key, name, opts in plan}
+    questions = load_questions(Path(args.questions), args.per_category)
+    tok = engines["adapter"].tokenizer
+    rows: dict[str, list[dict]] = defaultdict(list)
+    mismatches: list[dict] = []
+    started, done = time.perf_counter(), 0
+    for qi, q in enumerate(questions):
+        if args.time_limit and time.perf_counter() - started > args.time_limit:
+            print(f"time limit reached after {qi} of {len(questions)} questions", flush=True)
+            break
+        done = qi + 1
+        prompt = tok.encode_chat([{"role": "user", "content": q["turns"][0]}])
+        shift = qi % len(plan)
+        outputs = {}
+        for label, key, _, _ in plan[shift:] + plan[:shift]:
+            result = generate(engines[key], prompt, args.max_new_tokens, drafter=drafters[label])
+            s = result.stats
+            outputs[label] = result.token_ids
+            rows[label].append({"category": q["category"], "tokens": s.new_tokens, "calls": s.decode_calls,
+                                "accepted": sum(k * v for k, v in s.accepted_histogram.items()),
+                                "decode_s": s.decode_seconds, "graph_s": s.graph_seconds - s.prefill_seconds})
+        for label in labels:
+            if outputs[label] != outputs["none"]:
+                a, b = outputs[label], outputs["none"]
+                first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+                mismatches.append({"question": q["question_id"], "drafter": label, "index": first})
+        last = {label: rows[label][-1] for label in labels}
+        print(f"[{qi + 1}/{len(questions)}] {q['category']:<16} " + " ".join(
+            f"{label}={1 + last[label]['accepted'] / max(1, last[label]['calls']):.2f}" for label in labels)
+            + f"  ({time.perf_counter() - started:.0f} s)", flush=True)
+
+    tau, speed = summarise(rows, labels)
+    print("\nτ (tokens per decode call)")
+    print(f"{'category':<16}" + "".join(f"{label:>14}" for label in labels))
+    for cat in tau["none"]:
+        print(f"{cat:<16}" + "".join(f"{tau[label][cat]:>14.3f}" for label in labels))
+    print(f"\n{'method':<14}{'tok/s':>8}{'vs none-base':>14}{'graph ms/call':>15}{'host ms/step':>14}")
+    for label in labels:
+        s = speed[label]
+        print(f"{label:<14}{s['tokens_per_s']:>8.2f}{s['vs_none_base']:>13.2f}x{s['graph_ms_per_call']:>15.1f}"
+              f"{s['host_ms_per_step']:>14.2f}")
+    reference = sum(r["tokens"] for r in rows["none"])
+    print(f"\nlossless: {len(mismatches)} mismatching outputs over {done} questions x {len(labels) - 1} methods "
+          f"({reference} reference tokens)")
+    result = {"adapter_bundle": args.adapter_bundle, "masks_bundle": args.masks_bundle, "questions": done,
+              "max_new_tokens": args.max_new_tokens, "threads": args.threads,
+              "settings": {label: getattr(d, "settings", {"drafter": "none"}) for label, d in drafters.items()},
+              "adapter": engines["adapter"].manifest.extras.get("mtp"),
+              "masks_adapter": engines["masks"].manifest.extras.get("mtp"),
+              "tau": tau, "speed": speed, "mismatches": mismatches, "reference_tokens": reference}
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(result, indent=1))
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
