@@ -87,6 +87,7 @@ def _select(settings: BenchSettings) -> tuple[list[Question], str]:
 def run_bench(settings: BenchSettings, say: Callable[[str], None] = log.info,
               on_question: Callable[[Question], None] | None = None) -> dict:
     """Run everything and return the report document (nothing is written)."""
+    from mtpedge.runtime.bundle import BundleError
     from mtpedge.runtime.drafters import drafter_names
     from mtpedge.runtime.engine import Engine
 
@@ -114,6 +115,10 @@ def run_bench(settings: BenchSettings, say: Callable[[str], None] = log.info,
         before, load_started = current_rss_mb(), time.perf_counter()
         try:
             method = DrafterMethod(engine, name) if status["kind"] == "mtpedge" else make_peer(name, peer_config)
+        except BundleError as err:  # a drafter this bundle cannot run (mtp without an adapter): like a missing peer
+            status.update(status="missing", reason=str(err))
+            say(f"{name}: not run ({err})")
+            continue
         except Exception as err:  # a peer's own libraries raise anything; the bench goes on without it
             if status["kind"] == "mtpedge" and name in explicit:
                 raise

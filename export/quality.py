@@ -107,6 +107,7 @@ def _latency_ms(engines: dict[str, Engine], width: int) -> dict[str, float]:
 def quality_report(bundle: str | Path, reference: str | Path, progress: Callable[[str], None] | None = None,
                    threads: int | None = None) -> dict:
     """Compare `bundle` with the float32 `reference` bundle; returns a JSON-ready dict (and prints a summary)."""
+    from mtpedge.runtime.bundle import BundleError
     from mtpedge.runtime.drafters import DRAFTERS, make_drafter
 
     say = progress or log.info
@@ -129,6 +130,11 @@ def quality_report(bundle: str | Path, reference: str | Path, progress: Callable
                 for e in (ref, quant)]
         report["greedy_match"].append(_common_prefix(*outs))
     for name in sorted(DRAFTERS):
+        try:
+            make_drafter(name, ref)
+        except BundleError as err:  # a drafter the bundle cannot run (mtp without a trained adapter)
+            report.setdefault("tau_not_run", {})[name] = str(err)
+            continue
         taus = {}
         for label, engine in engines.items():
             stats = [generate(engine, _prompt_ids(engine, p), GREEDY_TOKENS, stop_token_ids=set(), on_overflow="stop",

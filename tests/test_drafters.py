@@ -114,7 +114,7 @@ def test_sampled_distribution_matches_plain_sampling(engines):
 
 def test_registry_and_option_errors(engines):
     engine = engines["llama"]
-    assert drafter_names() == ["none", "esp", "hybrid", "lookup"]
+    assert drafter_names() == ["none", "esp", "hybrid", "lookup", "mtp"]
     assert make_drafter("none", engine) is None
     with pytest.raises(ValueError, match="unknown drafter"):
         make_drafter("medusa", engine)
