@@ -7,18 +7,22 @@ Two bundles of the same base weights: `--masks-bundle` has the plain base graphs
 alone (rung 0: `train-mtp --rank 0 --no-sampler`); `--adapter-bundle` has the gated-LoRA graphs, masks and
 sampler head. Every configuration answers every question in turn (the order rotates per question, so machine
 noise hits all alike); each greedy output is compared token for token with `none` on the adapter bundle
-(gate 0), and `none-base` (plain decoding of the base graphs) gives the speed reference. Questions go
-round-robin over categories, so a run cut short by --time-limit still covers every category.
+(gate 0); speeds are relative to it, and the cost of one adapter-graph call vs one base-graph call is measured
+first (interleaved) to relate it to plain decoding of the base graphs. Questions go round-robin over
+categories, so a run cut short by --time-limit still covers every category.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from collections import defaultdict
 from pathlib import Path
+
+import numpy as np
 
 from mtpedge.runtime.drafters import make_drafter
 from mtpedge.runtime.engine import Engine
@@ -44,7 +48,6 @@ def setups(args) -> list[tuple[str, str, str, dict]]:
     """(label, bundle key, drafter, options)."""
     return [
         ("none", "adapter", "none", {}),
-        ("none-base", "masks", "none", {}),
         ("esp-mean", "masks", "esp", {"mask_init": "mean", "masks": 1}),
         ("esp-learned", "masks", "esp", {"mask_init": "learned", "masks": 1, "mask_update": 0.0}),
         ("lookup", "masks", "lookup", {}),
@@ -62,16 +65,31 @@ def summarise(rows: dict[str, list[dict]], labels: list[str]) -> tuple[dict, dic
             sel = [r for r in rows[label] if cat == "overall" or r["category"] == cat]
             tau.setdefault(label, {})[cat] = round(1 + sum(r["accepted"] for r in sel) / max(1, sum(
                 r["calls"] for r in sel)), 3)
-    base = sum(r["tokens"] - 1 for r in rows["none-base"]) / sum(r["decode_s"] for r in rows["none-base"])
+    base = sum(r["tokens"] - 1 for r in rows["none"]) / sum(r["decode_s"] for r in rows["none"])
     speed = {}
     for label in labels:
         sel = rows[label]
         tps = sum(r["tokens"] - 1 for r in sel) / sum(r["decode_s"] for r in sel)
         calls = max(1, sum(r["calls"] for r in sel))
-        speed[label] = {"tokens_per_s": round(tps, 2), "vs_none_base": round(tps / base, 3),
+        speed[label] = {"tokens_per_s": round(tps, 2), "vs_none": round(tps / base, 3),
                         "graph_ms_per_call": round(1000 * sum(r["graph_s"] for r in sel) / calls, 2),
                         "host_ms_per_step": round(1000 * sum(r["decode_s"] - r["graph_s"] for r in sel) / calls, 2)}
     return tau, speed
+
+
+def call_cost(engines: dict[str, Engine], widths: tuple[int, ...], reps: int) -> dict:
+    """Median ms of one decode-width call per bundle, interleaved (gate 0 on the adapter graphs)."""
+    times = {(key, w): [] for key in engines for w in widths}
+    for engine in engines.values():
+        engine.reset()
+        engine.prefill(list(range(100, 100 + min(300, engine.context // 2))))
+    for _ in range(reps):
+        for key, engine in engines.items():
+            for w in widths:
+                started = time.perf_counter()
+                engine.run_block(engine.embed(np.arange(w) + 50), np.arange(-1, w - 1))
+                times[(key, w)].append(1000 * (time.perf_counter() - started))
+    return {f"{key}_w{w}": round(statistics.median(t), 2) for (key, w), t in times.items()}
 
 
 def main() -> int:
@@ -84,10 +102,13 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--time-limit", type=float, default=None, help="seconds; stop after the current question")
     parser.add_argument("--out", default=None, help="write the JSON result here")
+    parser.add_argument("--cost-reps", type=int, default=10)
     args = parser.parse_args()
 
     engines = {"adapter": Engine.load(args.adapter_bundle, threads=args.threads),
                "masks": Engine.load(args.masks_bundle, threads=args.threads)}
+    cost = call_cost(engines, (1, 16), args.cost_reps)
+    print("call ms (median, interleaved): " + ", ".join(f"{k} {v}" for k, v in cost.items()), flush=True)
     plan = setups(args)
     labels = [label for label, *_ in plan]
     drafters = {label: make_drafter(name, engines[key], **opts) for label, key, name, opts in plan}
@@ -100,8 +121,11 @@ def main() -> int:
         if args.time_limit and time.perf_counter() - started > args.time_limit:
             print(f"time limit reached after {qi} of {len(questions)} questions", flush=True)
             break
-        done = qi + 1
         prompt = tok.encode_chat([{"role": "user", "content": q["turns"][0]}])
+        if len(prompt) + args.max_new_tokens > engines["adapter"].context:
+            print(f"skipped {q['question_id']}: {len(prompt)} prompt tokens do not fit the context", flush=True)
+            continue
+        done += 1
         shift = qi % len(plan)
         outputs = {}
         for label, key, _, _ in plan[shift:] + plan[:shift]:
@@ -126,10 +150,10 @@ def main() -> int:
     print(f"{'category':<16}" + "".join(f"{label:>14}" for label in labels))
     for cat in tau["none"]:
         print(f"{cat:<16}" + "".join(f"{tau[label][cat]:>14.3f}" for label in labels))
-    print(f"\n{'method':<14}{'tok/s':>8}{'vs none-base':>14}{'graph ms/call':>15}{'host ms/step':>14}")
+    print(f"\n{'method':<14}{'tok/s':>8}{'vs none':>14}{'graph ms/call':>15}{'host ms/step':>14}")
     for label in labels:
         s = speed[label]
-        print(f"{label:<14}{s['tokens_per_s']:>8.2f}{s['vs_none_base']:>13.2f}x{s['graph_ms_per_call']:>15.1f}"
+        print(f"{label:<14}{s['tokens_per_s']:>8.2f}{s['vs_none']:>13.2f}x{s['graph_ms_per_call']:>15.1f}"
               f"{s['host_ms_per_step']:>14.2f}")
     reference = sum(r["tokens"] for r in rows["none"])
     print(f"\nlossless: {len(mismatches)} mismatching outputs over {done} questions x {len(labels) - 1} methods "
@@ -139,7 +163,7 @@ def main() -> int:
               "settings": {label: getattr(d, "settings", {"drafter": "none"}) for label, d in drafters.items()},
               "adapter": engines["adapter"].manifest.extras.get("mtp"),
               "masks_adapter": engines["masks"].manifest.extras.get("mtp"),
-              "tau": tau, "speed": speed, "mismatches": mismatches, "reference_tokens": reference}
+              "call_ms": cost, "tau": tau, "speed": speed, "mismatches": mismatches, "reference_tokens": reference}
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(result, indent=1))
