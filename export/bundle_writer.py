@@ -55,6 +55,9 @@ class ExportConfig:
             raise ValueError(f"a graph width ({max(widths)}) cannot exceed the context ({self.context})")
         if len(set(self.decode_widths)) != len(self.decode_widths):
             raise ValueError(f"decode widths repeat: {self.decode_widths}")
+        if self.mtp_adapter and (self.quantization is not None or self.target_soc):
+            raise ValueError("a bundle with an MTP adapter is float32 only (the quantizers do not handle the "
+                             "lora_gate input yet): export it with --precision float32 and no --target")
 
 
 def _producer_versions() -> dict[str, str]:

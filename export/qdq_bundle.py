@@ -132,6 +132,9 @@ def qdq_bundle(src: str | Path, out_dir: str | Path, config: QdqConfig | None = 
     say = progress or log.info
     src, out_dir = Path(src), Path(out_dir)
     manifest = read_manifest(src)
+    if manifest.extras.get("mtp", {}).get("adapter_graphs"):
+        raise ValueError(f"{src} has MTP adapter graphs (lora_gate input), which QDQ does not handle yet: "
+                         "convert the plain bundle instead")
     if any(g.precision != "float32" for g in manifest.graphs):
         raise ValueError(f"{src} is already quantized: QDQ starts from a float32 bundle (`--precision float32`)")
     started = time.perf_counter()

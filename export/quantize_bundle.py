@@ -159,6 +159,9 @@ def quantize_bundle(
     say = progress or log.info
     src, out_dir = Path(src), Path(out_dir)
     manifest = read_manifest(src)
+    if manifest.extras.get("mtp", {}).get("adapter_graphs"):
+        raise ValueError(f"{src} has MTP adapter graphs (lora_gate input), which the quantizers do not handle yet: "
+                         "quantize the plain bundle instead")
     if any(g.precision != "float32" for g in manifest.graphs):
         raise ValueError(f"{src} is already quantized ({manifest.graphs[0].precision}): quantize a float32 bundle")
     started = time.perf_counter()

@@ -166,3 +166,13 @@ def test_mtp_drafter_checks_its_settings(mtp_bundle):
         make_drafter("mtp", engine, masks=4)
     with pytest.raises(ValueError, match="linear or quadratic"):
         make_drafter("mtp", engine, mtp_layout="cubic")
+
+
+def test_adapter_bundles_refuse_quantization(mtp_bundle, tmp_path):
+    from mtpedge.export.quantize_bundle import QuantConfig, quantize_bundle
+
+    folder, _ = mtp_bundle()
+    with pytest.raises(ValueError, match="lora_gate"):
+        quantize_bundle(folder, tmp_path / "q", QuantConfig(weights="int8"))
+    with pytest.raises(ValueError, match="float32 only"):
+        ExportConfig(mtp_adapter="adapter.pt", quantization=QuantConfig(weights="int8"))
