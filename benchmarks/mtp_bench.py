@@ -57,6 +57,10 @@ def setups(args) -> list[tuple[str, str, str, dict]]:
     ]
 
 
+# run only when named in --only: ESP's tree over the adapter's LoRA-trained masks (gate 1 at the mask slots)
+EXTRA = [("esp-lora", "adapter", "esp", {"mask_init": "learned", "masks": 1})]
+
+
 def summarise(rows: dict[str, list[dict]], labels: list[str]) -> tuple[dict, dict]:
     categories = sorted({r["category"] for r in rows["none"]})
     tau = {}
@@ -103,6 +107,8 @@ def main() -> int:
     parser.add_argument("--time-limit", type=float, default=None, help="seconds; stop after the current question")
     parser.add_argument("--out", default=None, help="write the JSON result here")
     parser.add_argument("--cost-reps", type=int, default=10)
+    parser.add_argument("--only", default=None,
+                        help="comma-separated labels (none always runs), e.g. esp-lora,mtp-quadratic")
     args = parser.parse_args()
 
     engines = {"adapter": Engine.load(args.adapter_bundle, threads=args.threads),
@@ -110,6 +116,13 @@ def main() -> int:
     cost = call_cost(engines, (1, 16), args.cost_reps)
     print("call ms (median, interleaved): " + ", ".join(f"{k} {v}" for k, v in cost.items()), flush=True)
     plan = setups(args)
+    if args.only:
+        wanted = ["none", *[label for label in args.only.split(",") if label != "none"]]
+        known = {label: entry for label, *entry in plan + EXTRA}
+        unknown = [label for label in wanted if label not in known]
+        if unknown:
+            raise SystemExit(f"unknown --only labels {unknown}: choose from {', '.join(known)}")
+        plan = [(label, *known[label]) for label in wanted]
     labels = [label for label, *_ in plan]
     drafters = {label: make_drafter(name, engines[key], **opts) for label, key, name, opts in plan}
     questions = load_questions(Path(args.questions), args.per_category)
