@@ -11,6 +11,8 @@ COMMANDS = {
     "quantize": ("mtpedge.quantize_cmd", "quantize the weights of an exported float32 bundle (with a quality report)"),
     "compile-qnn": ("mtpedge.compile_qnn_cmd", "compile a QDQ bundle into QNN context binaries for a Snapdragon SoC"),
     "hub": ("mtpedge.hub_cmd", "Qualcomm AI Hub jobs (compile, profile, inference) for a QDQ bundle"),
+    "distill": ("mtpedge.distill_cmd",
+                "self-distilled training data (the model's own answers to the project's prompts)"),
     "generate": ("mtpedge.generate_cmd", "generate a completion for one prompt"),
     "chat": ("mtpedge.chat_cmd", "interactive chat with streaming output"),
     "serve": ("mtpedge.serve_cmd", "OpenAI-compatible local HTTP server (/v1/chat/completions, /v1/completions)"),

@@ -1,0 +1,156 @@
+"""Self-distilled training data: the base model's own greedy answers to prompts written for this project.
+
+The trained drafters (learned mask embeddings, gated-LoRA MTP, DMTD) learn to predict what the base model
+itself will say, so the best data is its own output: no network, no licence question, and the exact
+distribution the verifier accepts. The prompts are built from task templates x topics below; none comes
+from Spec-Bench, which is kept for measurement only.
+
+Generation runs on the ONNX runtime (no torch), writes its file atomically every `save_every` prompts
+and skips prompts already in the file, so an interrupted run resumes and trainers can start on a partial
+file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from mtpedge.runtime.engine import Engine
+from mtpedge.runtime.generate import generate
+
+log = logging.getLogger(__name__)
+
+TASKS = (
+    "Explain {topic} to a curious twelve-year-old.",
+    "Write a short poem about {topic}.",
+    "List five interesting facts about {topic}.",
+    "What are the main advantages and disadvantages of {topic}?",
+    "Write a Python function related to {topic}, with a docstring and a usage example.",
+    "Summarize the history of {topic} in one paragraph.",
+    "Give me three practical tips for someone getting started with {topic}.",
+    "Write a short story in which {topic} plays an important role.",
+    "What are common misconceptions about {topic}?",
+    "Compare {topic} with something similar and explain the differences.",
+    "Write an email to a friend recommending they learn about {topic}.",
+    "Describe a typical day for a person who works with {topic}.",
+    "Create a quiz with four questions about {topic} and give the answers.",
+    "Explain step by step how {topic} works.",
+    "Why does {topic} matter for the future?",
+    "Write a product description for a gadget inspired by {topic}.",
+)
+
+TOPICS = (
+    "photosynthesis", "volcanoes", "the stock market", "machine learning", "bread baking", "chess",
+    "the water cycle", "electric cars", "honeybees", "the Roman Empire", "black holes", "recycling",
+    "sourdough starters", "sorting algorithms", "the human heart", "jazz music", "gardening",
+    "solar panels", "the French Revolution", "marathon training", "coral reefs", "cryptography",
+    "public libraries", "coffee", "earthquakes", "the internet", "vaccines", "origami", "rainforests",
+    "prime numbers", "bicycles", "the moon landing", "meditation", "sharks", "climate change",
+    "spreadsheets", "the printing press", "tea ceremonies", "wind turbines", "dinosaurs", "budgeting",
+    "linked lists", "the immune system", "mountain climbing", "renewable energy", "the Silk Road",
+    "octopuses", "compound interest", "video games", "glaciers", "recursion", "penguins", "democracy",
+    "3D printing", "sleep", "the periodic table", "ancient Egypt", "rainbows", "SQL databases", "kites",
+)
+
+
+def prompt_set(count: int) -> list[str]:
+    """`count` distinct prompts: topic-major walk over TASKS x TOPICS with a stride, so neighbours differ."""
+    total = len(TASKS) * len(TOPICS)
+    if not 1 <= count <= total:
+        raise ValueError(f"prompt count must be between 1 and {total}, got {count}")
+    stride = 7  # coprime with len(TASKS) = 16: consecutive prompts use different task templates
+    prompts = []
+    for i in range(count):
+        topic = TOPICS[i % len(TOPICS)]
+        task = TASKS[(i // len(TOPICS) + stride * i) % len(TASKS)]
+        prompts.append(task.format(topic=topic))
+    return prompts
+
+
+@dataclass(frozen=True)
+class DistillSample:
+    prompt_ids: np.ndarray  # int64, the chat-templated prompt
+    response_ids: np.ndarray  # int64, the base model's greedy answer (stop token excluded)
+
+    @property
+    def token_ids(self) -> np.ndarray:
+        return np.concatenate([self.prompt_ids, self.response_ids])
+
+
+def save_distill_data(samples: list[DistillSample], path: str | Path, prompts: list[str] | None = None) -> None:
+    """Write samples to an .npz atomically (temp file in the same folder, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arrays = {
+        "prompt_lengths": np.array([len(s.prompt_ids) for s in samples], dtype=np.int64),
+        "response_lengths": np.array([len(s.response_ids) for s in samples], dtype=np.int64),
+        "tokens": np.concatenate([s.token_ids for s in samples]) if samples else np.zeros(0, np.int64),
+        "prompts": np.array(prompts if prompts is not None else [], dtype=str),
+    }
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npz", dir=path.parent)
+    os.close(fd)
+    try:
+        np.savez(tmp, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_distill_data(path: str | Path) -> list[DistillSample]:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no distillation data at {path}: make it with `mtpedge distill --out {path}`")
+    with np.load(path) as data:
+        tokens = data["tokens"].astype(np.int64)
+        samples, start = [], 0
+        for p_len, r_len in zip(data["prompt_lengths"], data["response_lengths"], strict=True):
+            samples.append(DistillSample(tokens[start:start + p_len], tokens[start + p_len:start + p_len + r_len]))
+            start += p_len + r_len
+    return samples
+
+
+def load_distill_prompts(path: str | Path) -> list[str]:
+    with np.load(path) as data:
+        return [str(p) for p in data["prompts"]]
+
+
+def distill_one(engine: Engine, prompt: str, max_new_tokens: int) -> DistillSample:
+    prompt_ids = engine.tokenizer.encode_chat([{"role": "user", "content": prompt}])
+    result = generate(engine, prompt_ids, max_new_tokens=max_new_tokens, on_overflow="stop")
+    return DistillSample(np.array(prompt_ids, dtype=np.int64), np.array(result.token_ids, dtype=np.int64))
+
+
+def make_distill_data(engine: Engine, prompts: list[str], max_new_tokens: int) -> list[DistillSample]:
+    """Greedy answers of the bundle's model to `prompts`, in memory (small sets, tests)."""
+    return [distill_one(engine, prompt, max_new_tokens) for prompt in prompts]
+
+
+def build_distill_file(engine: Engine, prompts: list[str], max_new_tokens: int, path: str | Path,
+                       save_every: int = 16, progress: Callable[[int, int, int], None] | None = None) -> int:
+    """Answer every prompt not yet in `path`, saving every `save_every` prompts; returns the sample count.
+
+    progress(done, total, response_tokens_so_far) is called after each prompt.
+    """
+    path = Path(path)
+    samples: list[DistillSample] = []
+    done: list[str] = []
+    if path.is_file():
+        samples, done = load_distill_data(path), load_distill_prompts(path)
+        if done != prompts[: len(done)]:
+            raise ValueError(f"{path} was made from other prompts: remove it or choose another --out")
+        log.info("resuming %s: %d of %d prompts done", path, len(done), len(prompts))
+    for i, prompt in enumerate(prompts[len(done):], start=len(done)):
+        samples.append(distill_one(engine, prompt, max_new_tokens))
+        done.append(prompt)
+        if (i + 1) % save_every == 0 or i + 1 == len(prompts):
+            save_distill_data(samples, path, done)
+        if progress:
+            progress(i + 1, len(prompts), sum(len(s.response_ids) for s in samples))
+    return len(samples)
