@@ -129,8 +129,11 @@ def load_head(path: Path, loaded: LoadedModel) -> tuple[DmtdHead, dict]:
 
 
 def train_dmtd(loaded: LoadedModel, data: Path, out_dir: Path, settings: TrainSettings, resume: bool = False,
-               progress: Callable[[str], None] | None = None) -> Path:
-    """Train (or resume) the DMTD decoding copy; returns the checkpoint path (written every checkpoint_every)."""
+               progress: Callable[[str], None] | None = None, stop_at: int | None = None) -> Path:
+    """Train (or resume) the DMTD decoding copy; returns the checkpoint path (written every checkpoint_every).
+
+    stop_at ends this run early at that step (as an interruption would), keeping the schedule of `steps`.
+    """
     say = progress or log.info
     out_dir.mkdir(parents=True, exist_ok=True)
     ckpt = out_dir / CHECKPOINT
@@ -157,7 +160,8 @@ def train_dmtd(loaded: LoadedModel, data: Path, out_dir: Path, settings: TrainSe
     say(f"training D = {settings.decoding_layers} decoding layers ({sum(p.numel() for p in head.parameters()):,} "
         f"weights), τ from {settings.taus}, on {len(stream.sequences)} sequences ({stream.tokens} tokens)")
     started, tokens_done, steps_run, ema = time.perf_counter(), 0, 0, None
-    while step < settings.steps:
+    last = settings.steps if stop_at is None else min(stop_at, settings.steps)
+    while step < last:
         if settings.reload_every and step % settings.reload_every == 0 and stream.refresh():
             say(f"step {step}: data now {len(stream.sequences)} sequences ({stream.tokens} tokens)")
         rng = np.random.default_rng([settings.seed, step])  # reproducible across resumes without saving rng state
@@ -174,8 +178,8 @@ def train_dmtd(loaded: LoadedModel, data: Path, out_dir: Path, settings: TrainSe
         step += 1
         steps_run += 1
         tokens_done += len(ids)
-        ema = float(loss) if ema is None else 0.95 * ema + 0.05 * float(loss)
-        history.append([step, round(float(loss), 4), tau])
+        ema = float(loss.detach()) if ema is None else 0.95 * ema + 0.05 * float(loss.detach())
+        history.append([step, round(float(loss.detach()), 4), tau])
         if step % 10 == 0 or step == settings.steps:
             rate = tokens_done / (time.perf_counter() - started)
             eta = (settings.steps - step) * (time.perf_counter() - started) / steps_run
