@@ -169,3 +169,22 @@ def generate_dmtd_spec(parts: DmtdParts, prompt_ids: Sequence[int], max_new_toke
         stats.accepted_histogram[len(drafts)] += 1
         done = emitter.emit(drafts + [root])
     return _finish(parts, stats, emitter, started, graph0)
+
+
+# Methods usable where drafters are named (generate, bench); they run on the part graphs, not as Drafters of the
+# full-graph loop, because the drafter needs the thinking layers' hidden states, which only the parts return.
+DMTD_METHODS = ("dmtd", "dmtd-spec")
+
+
+def run_dmtd_method(name: str, parts: DmtdParts, prompt_ids: Sequence[int], max_new_tokens: int,
+                    sampling: SamplingConfig | None = None, on_tokens: Callable[[list[int]], None] | None = None,
+                    tau: int | None = None, draft_len: int | None = None) -> GenerationResult:
+    """`dmtd` (lossy, greedy only; tau default 4) or `dmtd-spec` (lossless; draft_len default 3)."""
+    if name == "dmtd":
+        if sampling is not None and sampling.temperature > 0:
+            raise ValueError("dmtd decodes greedily only: drop --temperature, or use dmtd-spec")
+        return generate_dmtd(parts, prompt_ids, max_new_tokens, tau=tau or 4, on_tokens=on_tokens)
+    if name == "dmtd-spec":
+        return generate_dmtd_spec(parts, prompt_ids, max_new_tokens, draft_len=3 if draft_len is None else draft_len,
+                                  sampling=sampling, on_tokens=on_tokens)
+    raise ValueError(f"unknown DMTD method {name!r}: choose one of {', '.join(DMTD_METHODS)}")

@@ -99,3 +99,36 @@ def test_dmtd_refuses_what_the_bundle_cannot_run(tiny_dmtd, tiny_bundle):
         generate_dmtd_spec(parts, [1, 2, 3], draft_len=16)
     with pytest.raises(BundleError, match="not a DMTD bundle"):
         DmtdParts(Engine.load(tiny_bundle("llama"), threads=1))
+
+
+def test_generate_command_runs_both_modes_and_warns_for_the_lossy_one(tiny_dmtd, capsys):
+    import json
+
+    from mtpedge.main import main
+
+    _, _, bundle = tiny_dmtd
+    outputs = {}
+    for drafter in ("none", "dmtd-spec", "dmtd"):
+        assert main(["generate", "hello", "--bundle", str(bundle), "--drafter", drafter, "--max-new-tokens", "12",
+                     "--json", "--threads", "1", "--tau", "2"]) == 0
+        captured = capsys.readouterr()
+        outputs[drafter] = json.loads(captured.out)
+        assert ("LOSSY" in captured.err) == (drafter == "dmtd")
+    assert outputs["dmtd-spec"]["token_ids"] == outputs["none"]["token_ids"]
+    assert outputs["dmtd"]["drafter_settings"] == {"tau": 2, "decoding_layers": 1, "lossy": True}
+
+
+def test_bench_methods_take_the_dmtd_names(tiny_dmtd):
+    from mtpedge.bench.methods import DmtdMethod, DrafterMethod
+    from mtpedge.bench.suite import resolve_methods
+    from mtpedge.runtime.drafters import drafter_names
+
+    assert resolve_methods(("dmtd-spec", "dmtd"), drafter_names()) == ["none", "dmtd-spec", "dmtd"]
+    assert "dmtd" not in resolve_methods(("all",), drafter_names())  # only on request: needs a DMTD bundle
+    _, _, bundle = tiny_dmtd
+    engine = Engine.load(bundle, threads=1)
+    plain, spec = DrafterMethod(engine, "none"), DmtdMethod(engine, "dmtd-spec", threads=1)
+    for prompt in PROMPTS:
+        run = spec.generate(prompt, 20)
+        assert run.token_ids == plain.generate(prompt, 20).token_ids
+        assert run.decode_calls >= 1 and run.extra["lossy"] is False
