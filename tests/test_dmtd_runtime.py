@@ -132,3 +132,29 @@ def test_bench_methods_take_the_dmtd_names(tiny_dmtd):
         run = spec.generate(prompt, 20)
         assert run.token_ids == plain.generate(prompt, 20).token_ids
         assert run.decode_calls >= 1 and run.extra["lossy"] is False
+
+
+@pytest.mark.slow
+def test_smollm2_dmtd_spec_equals_plain_decoding(smollm2_model, tmp_path):
+    """SmolLM2 split 24 + 6, the copy untrained (losslessness must not depend on what the drafter learned):
+    greedy dmtd-spec output equals plain decoding of the same bundle's full graphs on chat prompts."""
+    from mtpedge.export.dmtd_bundle import DmtdExportConfig, export_dmtd_bundle
+    from mtpedge.models.dmtd import DmtdHead
+    from mtpedge.models.dmtd_train import TrainSettings, save_checkpoint
+
+    torch.set_num_threads(1)
+    head = DmtdHead(smollm2_model.decoder, 6)
+    ckpt = tmp_path / "dmtd.pt"
+    save_checkpoint(ckpt, head, torch.optim.AdamW(head.parameters()), 0, TrainSettings(decoding_layers=6),
+                    smollm2_model, [])
+    config = DmtdExportConfig(context=256, prefill_width=16, decode_widths=(1,), part_widths=(4,),
+                              check_parity=False)
+    bundle = export_dmtd_bundle(smollm2_model, ckpt, tmp_path / "bundle", config)
+    engine = Engine.load(bundle, threads=1)
+    parts = DmtdParts(engine, threads=1)
+    for text in ["What is the capital of France?", "Write a haiku about the sea.", "Explain recursion briefly."]:
+        prompt = engine.tokenizer.encode_chat([{"role": "user", "content": text}])
+        plain = generate(engine, prompt, max_new_tokens=48).token_ids
+        spec = generate_dmtd_spec(parts, prompt, max_new_tokens=48, draft_len=3)
+        assert spec.token_ids == plain
+        assert spec.stats.tokens_per_call >= 1.0

@@ -1,0 +1,238 @@
+"""DMTD figures on one DMTD bundle: quality of the lossy `dmtd` vs the base model at each τ, speed of dmtd and
+dmtd-spec vs plain decoding (interleaved, one process), τ of dmtd-spec, and dmtd-spec == none token for token.
+
+    python benchmarks/dmtd_eval.py --bundle /tmp/dmtd-bundle --checkpoint /tmp/dmtd-run/d6/dmtd.pt \
+        --out benchmarks/results/dmtd --spec-questions 52
+
+Methods are named `none` (the bundle's full graphs through Engine), `dmtd:T` (lossy, cycle T) and
+`dmtd-spec:K` (K draft tokens per step; K = 0 is plain decoding through the part graphs).
+Quality: (1) exact match on arithmetic questions written here (sums, differences, products; the first integer
+of the answer is compared), (2) exact match on Spec-Bench math_reasoning (GSM8K; scoring only, the number after
+"####" in the reference vs the last number of the answer), (3) teacher-forced perplexity on the held-out text
+of export/quality.py (first 16 tokens as the prompt, cyclic gate after it). Speed: Spec-Bench first turns,
+the first questions of every category, 128 new tokens, methods in a rotated order per question.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from mtpedge.runtime.dmtd import generate_dmtd, generate_dmtd_spec
+from mtpedge.runtime.dmtd_parts import DmtdParts
+from mtpedge.runtime.engine import Engine
+from mtpedge.runtime.generate import generate
+
+QUESTIONS = Path("/work/shared/data/spec_bench/question.jsonl")
+NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def arithmetic_questions(count: int, seed: int = 7) -> list[tuple[str, int]]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(count):
+        kind = i % 3
+        if kind == 0:
+            a, b = (int(x) for x in rng.integers(10, 100, 2))
+            out.append((f"What is {a} + {b}? Reply with only the number.", a + b))
+        elif kind == 1:
+            a, b = sorted((int(x) for x in rng.integers(10, 100, 2)), reverse=True)
+            out.append((f"What is {a} - {b}? Reply with only the number.", a - b))
+        else:
+            a, b = int(rng.integers(2, 10)), int(rng.integers(2, 13))
+            out.append((f"What is {a} times {b}? Reply with only the number.", a * b))
+    return out
+
+
+def numbers(text: str) -> list[float]:
+    found = []
+    for match in NUMBER.findall(text):
+        try:
+            found.append(float(match.replace(",", "")))
+        except ValueError:
+            pass
+    return found
+
+
+def spec_questions(per_category: int, category: str | None = None) -> list[dict]:
+    by_category: dict[str, list[dict]] = defaultdict(list)
+    for line in QUESTIONS.read_text().splitlines():
+        if line.strip():
+            q = json.loads(line)
+            by_category[q["category"]].append(q)
+    if category:
+        return by_category[category][:per_category]
+    return [q for c in sorted(by_category) for q in by_category[c][:per_category]]
+
+
+class Runner:
+    def __init__(self, bundle: Path, threads: int) -> None:
+        self.engine = Engine.load(bundle, threads=threads)
+        self.parts = DmtdParts(self.engine, threads=threads)
+        self.tok = self.engine.tokenizer
+
+    def prompt(self, text: str) -> list[int]:
+        return self.tok.encode_chat([{"role": "user", "content": text}])
+
+    def run(self, method: str, prompt: list[int], max_new: int):
+        if method == "none":
+            return generate(self.engine, prompt, max_new)
+        name, _, value = method.partition(":")
+        if name == "dmtd":
+            return generate_dmtd(self.parts, prompt, max_new, tau=int(value))
+        if name == "dmtd-spec":
+            return generate_dmtd_spec(self.parts, prompt, max_new, draft_len=int(value))
+        raise ValueError(f"unknown method {method}")
+
+
+def quality(runner: Runner, methods: list[str], items: list[tuple[str, float]], max_new: int, last: bool,
+            say) -> dict:
+    """Exact match (first or last number of the answer) per method, and token agreement with `none`."""
+    correct, same = defaultdict(int), defaultdict(int)
+    examples = []
+    for i, (text, answer) in enumerate(items):
+        prompt = runner.prompt(text)
+        outs = {m: runner.run(m, prompt, max_new).token_ids for m in methods}
+        for m, ids in outs.items():
+            found = numbers(runner.tok.decode(ids))
+            got = (found[-1] if last else found[0]) if found else None
+            correct[m] += int(got is not None and abs(got - answer) < 1e-6)
+            same[m] += int(ids == outs["none"])
+        if i < 3:
+            examples.append({"question": text, "answer": answer,
+                             **{m: runner.tok.decode(ids) for m, ids in outs.items()}})
+        say(f"  {i + 1}/{len(items)} " + " ".join(f"{m}={correct[m]}" for m in methods))
+    n = len(items)
+    return {"questions": n, "max_new_tokens": max_new, "scored_number": "last" if last else "first",
+            "exact_match": {m: correct[m] / n for m in methods},
+            "relative_to_base": {m: (correct[m] / correct["none"]) if correct["none"] else None for m in methods},
+            "identical_to_base_output": {m: same[m] / n for m in methods}, "examples": examples}
+
+
+def speed(runner: Runner, methods: list[str], extra: list[str], extra_questions: int, questions: list[dict],
+          max_new: int, say) -> dict:
+    rows = []
+    for qi, q in enumerate(questions):
+        prompt = runner.prompt(q["turns"][0])
+        if len(prompt) + max_new + 16 > runner.engine.context:
+            continue
+        todo = methods + (extra if qi < extra_questions else [])
+        order = todo[qi % len(todo):] + todo[: qi % len(todo)]
+        outs = {m: runner.run(m, prompt, max_new) for m in order}
+        base = outs["none"].token_ids
+        for m, out in outs.items():
+            s = out.stats
+            first_diff = next((i for i, (a, b) in enumerate(zip(out.token_ids, base, strict=False)) if a != b),
+                              None if len(out.token_ids) == len(base) else min(len(out.token_ids), len(base)))
+            rows.append({"question_id": q["question_id"], "category": q["category"], "method": m,
+                         "new_tokens": s.new_tokens, "tokens_per_s": s.tokens_per_second,
+                         "decode_calls": s.decode_calls, "tokens_per_call": s.tokens_per_call,
+                         "same_as_none": out.token_ids == base, "first_difference": first_diff})
+        say(f"  {qi + 1}/{len(questions)} q{q['question_id']} " + " ".join(
+            f"{m} {outs[m].stats.tokens_per_second:.1f}" for m in todo))
+    summary = {}
+    for m in methods + extra:
+        mine = [r for r in rows if r["method"] == m]
+        if not mine:
+            continue
+        ratios = []
+        for r in mine:
+            base = next(b for b in rows if b["question_id"] == r["question_id"] and b["method"] == "none")
+            if base["tokens_per_s"] > 0 and r["tokens_per_s"] > 0:
+                ratios.append(r["tokens_per_s"] / base["tokens_per_s"])
+        summary[m] = {"questions": len(mine), "mean_tokens_per_s": statistics.mean(r["tokens_per_s"] for r in mine),
+                      "speedup_vs_none": statistics.mean(ratios) if ratios else None,
+                      "identical_to_none": sum(r["same_as_none"] for r in mine),
+                      "tokens_compared": sum(r["new_tokens"] for r in mine),
+                      "tokens_per_call": (sum(r["new_tokens"] for r in mine) - len(mine))
+                      / max(1, sum(r["decode_calls"] for r in mine))}
+    return {"max_new_tokens": max_new, "summary": summary, "rows": rows}
+
+
+def perplexity(checkpoint: Path, taus: list[int]) -> dict:
+    import torch
+
+    from mtpedge.models.dmtd import perplexities
+    from mtpedge.models.dmtd_train import held_text_ids, load_head
+    from mtpedge.models.loading import load_model
+
+    torch.set_num_threads(1)
+    loaded = load_model(None)
+    head, state = load_head(checkpoint, loaded)
+    ids = held_text_ids(loaded)
+    return {"tokens": int(len(ids)), "prompt_tokens": 16, "train_steps": int(state["step"]),
+            "perplexity": perplexities(loaded.decoder, head.eval(), ids, tuple(taus), anchor=16)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bundle", type=Path, required=True)
+    parser.add_argument("--checkpoint", type=Path, help="for the perplexity (torch); omitted: no perplexity")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--taus", default="2,3,4")
+    parser.add_argument("--arith", type=int, default=45, help="arithmetic questions")
+    parser.add_argument("--gsm", type=int, default=0, help="Spec-Bench math_reasoning questions (128 tokens)")
+    parser.add_argument("--spec-per-category", type=int, default=4, help="Spec-Bench questions per category")
+    parser.add_argument("--draft-len", type=int, default=3)
+    parser.add_argument("--extra-questions", type=int, default=13,
+                        help="questions on which the other τ and plain-through-parts also run")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--skip", default="", help="comma-separated sections to skip: ppl,arith,gsm,speed")
+    args = parser.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+    taus = [int(t) for t in args.taus.split(",")]
+    args.out.mkdir(parents=True, exist_ok=True)
+    doc_path = args.out / "dmtd_eval.json"
+    doc = json.loads(doc_path.read_text()) if doc_path.is_file() else {}
+
+    def say(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    def save() -> None:
+        doc_path.write_text(json.dumps(doc, indent=1))
+
+    started = time.perf_counter()
+    if args.checkpoint and "ppl" not in skip:
+        say("perplexity on the held-out text")
+        doc["perplexity"] = perplexity(args.checkpoint, taus)
+        say(json.dumps(doc["perplexity"]))
+        save()
+    runner = Runner(args.bundle, args.threads)
+    doc["bundle"] = {"path": str(args.bundle), "dmtd": {k: v for k, v in runner.engine.manifest.extras["dmtd"].items()
+                                                         if k != "parts"}}
+    quality_methods = ["none"] + [f"dmtd:{t}" for t in taus]
+    if "arith" not in skip and args.arith:
+        say("arithmetic exact match")
+        doc["arithmetic"] = quality(runner, quality_methods, arithmetic_questions(args.arith), 16, False, say)
+        save()
+    if "gsm" not in skip and args.gsm:
+        say("Spec-Bench math_reasoning exact match")
+        items = [(q["turns"][0], numbers(q["reference"][0].split("####")[-1])[0])
+                 for q in spec_questions(args.gsm, "math_reasoning")]
+        doc["math_reasoning"] = quality(runner, quality_methods, items, 128, True, say)
+        save()
+    if "speed" not in skip:
+        say("Spec-Bench speed and losslessness")
+        main_methods = ["none", f"dmtd-spec:{args.draft_len}", f"dmtd:{max(taus)}"]
+        extra = [f"dmtd:{t}" for t in taus if t != max(taus)] + ["dmtd-spec:0", "dmtd-spec:1"]
+        doc["spec_bench"] = speed(runner, main_methods, extra, args.extra_questions,
+                                  spec_questions(args.spec_per_category), args.max_new_tokens, say)
+        save()
+    doc["elapsed_s"] = time.perf_counter() - started
+    save()
+    print(json.dumps({k: v for k, v in doc.items() if k != "spec_bench"} | {
+        "spec_bench_summary": doc.get("spec_bench", {}).get("summary")}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
