@@ -172,6 +172,40 @@ def perplexity(checkpoint: Path, taus: list[int]) -> dict:
             "perplexity": perplexities(loaded.decoder, head.eval(), ids, tuple(taus), anchor=16)}
 
 
+def markdown(doc: dict) -> str:
+    """A short table view of the JSON document."""
+    lines = ["# DMTD on SmolLM2-135M (measured by benchmarks/dmtd_eval.py)", ""]
+    if "bundle" in doc:
+        lines += [f"Bundle: `{doc['bundle']['path']}`, DMTD settings {json.dumps(doc['bundle']['dmtd'])}", ""]
+    if "perplexity" in doc:
+        p = doc["perplexity"]
+        lines += [f"## Perplexity, held-out text ({p['tokens']} tokens, first {p['prompt_tokens']} as prompt)", "",
+                  "| model | perplexity |", "|---|---|"]
+        lines += [f"| {k} | {v:.2f} |" for k, v in p["perplexity"].items()] + [""]
+    for key, title in (("arithmetic", "Arithmetic exact match"), ("math_reasoning", "Spec-Bench math_reasoning")):
+        if key in doc:
+            q = doc[key]
+            lines += [f"## {title} ({q['questions']} questions, {q['max_new_tokens']} new tokens, greedy)", "",
+                      "| method | exact match | relative to base | output identical to base |", "|---|---|---|---|"]
+            for m, v in q["exact_match"].items():
+                rel = q["relative_to_base"][m]
+                lines.append(f"| {m} | {v:.1%} | {'-' if rel is None else f'{rel:.1%}'} | "
+                             f"{q['identical_to_base_output'][m]:.1%} |")
+            lines.append("")
+    if "spec_bench" in doc:
+        sb = doc["spec_bench"]
+        lines += [f"## Spec-Bench first turns, {sb['max_new_tokens']} new tokens, interleaved, 1 thread", "",
+                  "| method | questions | tokens/s | speed vs none | tokens per verify call | identical to none |",
+                  "|---|---|---|---|---|---|"]
+        for m, v in sb["summary"].items():
+            tpc = f"{v['tokens_per_call']:.2f}" if m.startswith("dmtd-spec") else "-"
+            speedup = "-" if v["speedup_vs_none"] is None else f"{v['speedup_vs_none']:.2f}x"
+            lines.append(f"| {m} | {v['questions']} | {v['mean_tokens_per_s']:.1f} | {speedup} | {tpc} | "
+                         f"{v['identical_to_none']}/{v['questions']} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bundle", type=Path, required=True)
@@ -206,6 +240,9 @@ def main() -> int:
         doc["perplexity"] = perplexity(args.checkpoint, taus)
         say(json.dumps(doc["perplexity"]))
         save()
+    if "arith" in skip and "gsm" in skip and "speed" in skip:
+        (args.out / "dmtd_eval.md").write_text(markdown(doc))
+        return 0
     runner = Runner(args.bundle, args.threads)
     doc["bundle"] = {"path": str(args.bundle), "dmtd": {k: v for k, v in runner.engine.manifest.extras["dmtd"].items()
                                                          if k != "parts"}}
@@ -229,6 +266,7 @@ def main() -> int:
         save()
     doc["elapsed_s"] = time.perf_counter() - started
     save()
+    (args.out / "dmtd_eval.md").write_text(markdown(doc))
     print(json.dumps({k: v for k, v in doc.items() if k != "spec_bench"} | {
         "spec_bench_summary": doc.get("spec_bench", {}).get("summary")}, indent=1))
     return 0
