@@ -6,9 +6,9 @@ dmtd-spec vs plain decoding (interleaved, one process), τ of dmtd-spec, and dmt
 
 Methods are named `none` (the bundle's full graphs through Engine), `dmtd:T` (lossy, cycle T) and
 `dmtd-spec:K` (K draft tokens per step; K = 0 is plain decoding through the part graphs).
-Quality: (1) exact match on arithmetic questions written here (sums, differences, products; the first integer
-of the answer is compared), (2) exact match on Spec-Bench math_reasoning (GSM8K; scoring only, the number after
-"####" in the reference vs the last number of the answer), (3) teacher-forced perplexity on the held-out text
+Quality: (1) exact match on arithmetic questions written here (sums, differences, products; the last number
+of the answer is compared: the model often answers "23 + 45 = 68"), (2) exact match on Spec-Bench
+math_reasoning (GSM8K; scoring only, the number after "####" in the reference vs the last number of the answer), (3) teacher-forced perplexity on the held-out text
 of export/quality.py (first 16 tokens as the prompt, cyclic gate after it). Speed: Spec-Bench first turns,
 the first questions of every category, 128 new tokens, methods in a rotated order per question.
 """
@@ -106,15 +106,14 @@ def quality(runner: Runner, methods: list[str], items: list[tuple[str, float]], 
             got = (found[-1] if last else found[0]) if found else None
             correct[m] += int(got is not None and abs(got - answer) < 1e-6)
             same[m] += int(ids == outs["none"])
-        if i < 3:
-            examples.append({"question": text, "answer": answer,
-                             **{m: runner.tok.decode(ids) for m, ids in outs.items()}})
+        examples.append({"question": text, "answer": answer,
+                         **{m: runner.tok.decode(ids) for m, ids in outs.items()}})
         say(f"  {i + 1}/{len(items)} " + " ".join(f"{m}={correct[m]}" for m in methods))
     n = len(items)
     return {"questions": n, "max_new_tokens": max_new, "scored_number": "last" if last else "first",
             "exact_match": {m: correct[m] / n for m in methods},
             "relative_to_base": {m: (correct[m] / correct["none"]) if correct["none"] else None for m in methods},
-            "identical_to_base_output": {m: same[m] / n for m in methods}, "examples": examples}
+            "identical_to_base_output": {m: same[m] / n for m in methods}, "answers": examples}
 
 
 def speed(runner: Runner, methods: list[str], extra: list[str], extra_questions: int, questions: list[dict],
@@ -249,7 +248,7 @@ def main() -> int:
     quality_methods = ["none"] + [f"dmtd:{t}" for t in taus]
     if "arith" not in skip and args.arith:
         say("arithmetic exact match")
-        doc["arithmetic"] = quality(runner, quality_methods, arithmetic_questions(args.arith), 16, False, say)
+        doc["arithmetic"] = quality(runner, quality_methods, arithmetic_questions(args.arith), 24, True, say)
         save()
     if "gsm" not in skip and args.gsm:
         say("Spec-Bench math_reasoning exact match")
