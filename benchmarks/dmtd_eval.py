@@ -8,9 +8,10 @@ Methods are named `none` (the bundle's full graphs through Engine), `dmtd:T` (lo
 `dmtd-spec:K` (K draft tokens per step; K = 0 is plain decoding through the part graphs).
 Quality: (1) exact match on arithmetic questions written here (sums, differences, products; the last number
 of the answer is compared: the model often answers "23 + 45 = 68"), (2) exact match on Spec-Bench
-math_reasoning (GSM8K; scoring only, the number after "####" in the reference vs the last number of the answer), (3) teacher-forced perplexity on the held-out text
-of export/quality.py (first 16 tokens as the prompt, cyclic gate after it). Speed: Spec-Bench first turns,
-the first questions of every category, 128 new tokens, methods in a rotated order per question.
+math_reasoning (GSM8K; scoring only, the number after "####" in the reference vs the last number of the answer),
+(3) teacher-forced perplexity on the held-out text of export/quality.py (first 16 tokens as the prompt,
+cyclic gate after it). Speed: Spec-Bench first turns, the first questions of every category, 128 new tokens,
+methods in a rotated order per question.
 """
 
 from __future__ import annotations
