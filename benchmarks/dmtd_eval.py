@@ -172,6 +172,48 @@ def perplexity(checkpoint: Path, taus: list[int]) -> dict:
             "perplexity": perplexities(loaded.decoder, head.eval(), ids, tuple(taus), anchor=16)}
 
 
+def in_domain(runner: Runner, checkpoint: Path, data: Path, count: int, taus: list[int], max_new: int,
+              say) -> dict:
+    """Held-out prompts of the training distribution (templates x topics the training file did not use): the
+    base model's greedy answer, then teacher-forced over it: perplexity and top-1 agreement with the base model
+    of DMTD at each τ (agreement = the fraction of answer positions where DMTD's argmax is the base's token)."""
+    import torch
+
+    from mtpedge.models.distill_data import TASKS, TOPICS, load_distill_prompts, prompt_set
+    from mtpedge.models.dmtd import cyclic_gate, dmtd_logits, thinking_hidden
+    from mtpedge.models.dmtd_train import load_head
+    from mtpedge.models.loading import load_model
+
+    torch.set_num_threads(1)
+    used = set(load_distill_prompts(data))
+    prompts = [p for p in prompt_set(len(TASKS) * len(TOPICS)) if p not in used][-count:]
+    loaded = load_model(None)
+    head, _ = load_head(checkpoint, loaded)
+    head.eval()
+    nll = defaultdict(float)
+    agree = defaultdict(int)
+    positions = 0
+    for i, text in enumerate(prompts):
+        prompt = runner.prompt(text)
+        answer = generate(runner.engine, prompt, max_new).token_ids
+        if len(answer) < 2:
+            continue
+        ids = np.asarray(prompt + answer, dtype=np.int64)
+        anchor = len(prompt) - 1
+        targets = torch.from_numpy(ids[anchor + 1:])
+        with torch.no_grad():
+            h = thinking_hidden(loaded.decoder, ids, head.split)
+            for tau in taus:
+                logits = dmtd_logits(loaded.decoder, head, ids, h, cyclic_gate(len(ids), tau, anchor))[anchor:-1]
+                nll[tau] += float(torch.nn.functional.cross_entropy(logits, targets, reduction="sum"))
+                agree[tau] += int((logits.argmax(-1) == targets).sum())
+        positions += len(targets)
+        say(f"  {i + 1}/{len(prompts)} " + " ".join(f"τ{t} {agree[t] / positions:.1%}" for t in taus))
+    return {"prompts": len(prompts), "answer_tokens": positions, "max_new_tokens": max_new,
+            "perplexity_of_base_answer": {f"tau{t}": float(np.exp(nll[t] / positions)) for t in taus},
+            "top1_agreement_with_base": {f"tau{t}": agree[t] / positions for t in taus}}
+
+
 def markdown(doc: dict) -> str:
     """A short table view of the JSON document."""
     lines = ["# DMTD on SmolLM2-135M (measured by benchmarks/dmtd_eval.py)", ""]
@@ -192,6 +234,14 @@ def markdown(doc: dict) -> str:
                 lines.append(f"| {m} | {v:.1%} | {'-' if rel is None else f'{rel:.1%}'} | "
                              f"{q['identical_to_base_output'][m]:.1%} |")
             lines.append("")
+    if "in_domain" in doc:
+        d = doc["in_domain"]
+        lines += [f"## In-domain held-out prompts ({d['prompts']} prompts, {d['answer_tokens']} answer tokens of the "
+                  "base model, teacher-forced)", "",
+                  "| τ | top-1 agreement with base | perplexity of the base's answer |", "|---|---|---|"]
+        for key, value in d["top1_agreement_with_base"].items():
+            lines.append(f"| {key[3:]} | {value:.1%} | {d['perplexity_of_base_answer'][key]:.2f} |")
+        lines.append("")
     if "spec_bench" in doc:
         sb = doc["spec_bench"]
         lines += [f"## Spec-Bench first turns, {sb['max_new_tokens']} new tokens, interleaved, 1 thread", "",
@@ -220,6 +270,9 @@ def main() -> int:
     parser.add_argument("--extra-questions", type=int, default=13,
                         help="questions on which the other τ and plain-through-parts also run")
     parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--in-domain", type=int, default=0, help="held-out prompts of the training distribution")
+    parser.add_argument("--data", type=Path, default=Path("/work/wt/data/smollm2-distill.npz"),
+                        help="the training data file (its prompts are excluded from --in-domain)")
     parser.add_argument("--skip", default="", help="comma-separated sections to skip: ppl,arith,gsm,speed")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
@@ -240,12 +293,16 @@ def main() -> int:
         doc["perplexity"] = perplexity(args.checkpoint, taus)
         say(json.dumps(doc["perplexity"]))
         save()
-    if "arith" in skip and "gsm" in skip and "speed" in skip:
+    if "arith" in skip and "gsm" in skip and "speed" in skip and not args.in_domain:
         (args.out / "dmtd_eval.md").write_text(markdown(doc))
         return 0
     runner = Runner(args.bundle, args.threads)
     doc["bundle"] = {"path": str(args.bundle), "dmtd": {k: v for k, v in runner.engine.manifest.extras["dmtd"].items()
                                                          if k != "parts"}}
+    if args.in_domain and args.checkpoint:
+        say("in-domain held-out prompts")
+        doc["in_domain"] = in_domain(runner, args.checkpoint, args.data, args.in_domain, taus, 96, say)
+        save()
     quality_methods = ["none"] + [f"dmtd:{t}" for t in taus]
     if "arith" not in skip and args.arith:
         say("arithmetic exact match")
