@@ -72,3 +72,28 @@ class DrafterMethod:
 
     def close(self) -> None:
         pass
+
+
+class DmtdMethod:
+    """`dmtd-spec` (lossless) or `dmtd` (lossy, τ = 4) on a DMTD bundle's part graphs, greedy."""
+
+    kind = "mtpedge"
+
+    def __init__(self, engine, name: str, threads: int | None = None) -> None:
+        from mtpedge.runtime.dmtd_parts import DmtdParts
+
+        self.name = name
+        self.parts = DmtdParts(engine, threads=threads)  # refuses a bundle without DMTD parts
+
+    def generate(self, prompt_ids: Sequence[int], max_new_tokens: int) -> MethodRun:
+        from mtpedge.runtime.dmtd import run_dmtd_method
+
+        result = run_dmtd_method(self.name, self.parts, prompt_ids, max_new_tokens)
+        s = result.stats
+        return MethodRun(result.token_ids, s.prefill_seconds, s.elapsed_seconds, s.decode_calls,
+                         Counter(s.accepted_histogram), s.graph_seconds,
+                         {"finish_reason": s.finish_reason, "prefill_calls": s.prefill_calls,
+                          "lossy": s.drafter_settings["lossy"]})
+
+    def close(self) -> None:
+        pass

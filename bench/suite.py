@@ -12,10 +12,12 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from mtpedge.runtime.dmtd import DMTD_METHODS
+
 from .aggregate import summarize
 from .machine import describe_machine, load_average
 from .memory import RssMonitor, current_rss_mb
-from .methods import DrafterMethod
+from .methods import DmtdMethod, DrafterMethod
 from .peers import PEERS, PeerConfig, make_peer, peer_missing_reason
 from .questions import QUICK_QUESTIONS, Question, load_questions, select_questions
 from .report import SCHEMA, markdown
@@ -54,7 +56,7 @@ def resolve_methods(requested: Sequence[str], drafters: Sequence[str]) -> list[s
     for name in requested:
         expanded = [*drafters, *PEERS] if name == ALL else [name]
         for n in expanded:
-            if n not in drafters and n not in PEERS:
+            if n not in drafters and n not in PEERS and n not in DMTD_METHODS:
                 raise ValueError(f"unknown method {n!r}: mtpedge drafters are {', '.join(drafters)}; "
                                  f"peers are {', '.join(PEERS)}")
             if n not in names:
@@ -103,7 +105,8 @@ def run_bench(settings: BenchSettings, say: Callable[[str], None] = log.info,
     methods, statuses = [], []
     explicit = set(settings.methods) - {ALL}
     for name in names:
-        status = {"name": name, "kind": "mtpedge" if name in drafter_names() else "peer", "status": "ran"}
+        mtpedge_method = name in drafter_names() or name in DMTD_METHODS  # DMTD: named only, never in "all"
+        status = {"name": name, "kind": "mtpedge" if mtpedge_method else "peer", "status": "ran"}
         statuses.append(status)
         if status["kind"] == "peer":
             reason = ("no --model for the peers to load" if settings.model is None
@@ -114,7 +117,10 @@ def run_bench(settings: BenchSettings, say: Callable[[str], None] = log.info,
                 continue
         before, load_started = current_rss_mb(), time.perf_counter()
         try:
-            method = DrafterMethod(engine, name) if status["kind"] == "mtpedge" else make_peer(name, peer_config)
+            if name in DMTD_METHODS:
+                method = DmtdMethod(engine, name, settings.threads)
+            else:
+                method = DrafterMethod(engine, name) if status["kind"] == "mtpedge" else make_peer(name, peer_config)
         except BundleError as err:  # a drafter this bundle cannot run (mtp without an adapter): like a missing peer
             status.update(status="missing", reason=str(err))
             say(f"{name}: not run ({err})")

@@ -21,8 +21,12 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
-    parser.add_argument("--drafter", default="none", choices=["none", "esp", "lookup", "hybrid", "mtp"],
-                        help="multi-token drafter (none = plain decoding; default); see `mtpedge.runtime.drafters`")
+    parser.add_argument("--drafter", default="none",
+                        choices=["none", "esp", "lookup", "hybrid", "mtp", "dmtd-spec", "dmtd"],
+                        help="multi-token drafter (none = plain decoding; default); see `mtpedge.runtime.drafters`. "
+                             "mtp needs a bundle with a trained adapter (`mtpedge export --mtp-adapter`); "
+                             "dmtd-spec / dmtd need a DMTD bundle (`mtpedge train-dmtd --export-bundle`); "
+                             "dmtd is LOSSY (unverified tokens between cycle heads; output differs from the model's)")
     group = parser.add_argument_group("drafter settings (each drafter's own default when omitted)")
     group.add_argument("--width", type=int, default=None,
                        help="slots per decode call the drafter may fill (tree nodes + mask slots)")
@@ -38,6 +42,8 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max-ngram", type=int, default=None, help="lookup/hybrid: longest n-gram matched")
     group.add_argument("--branches", type=int, default=None,
                        help="lookup/hybrid: distinct n-gram continuations in one tree")
+    group.add_argument("--tau", type=int, default=None, help="dmtd: cycle length τ (default 4)")
+    group.add_argument("--draft-len", type=int, default=None, help="dmtd-spec: draft tokens per step (default 3)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -84,12 +90,22 @@ def run(args: argparse.Namespace) -> int:
     def show(tokens: list[int]) -> None:
         print(stream.push(tokens), end="", flush=True)
 
-    try:
-        drafter = make_drafter(args.drafter, engine, **drafter_options(args))
-    except ValueError as err:
-        raise SystemExit(f"mtpedge generate: error: {err}") from err
-    result = generate(engine, prompt_ids, args.max_new_tokens, sampling, on_tokens=None if args.json else show,
-                      drafter=drafter)
+    if args.drafter in ("dmtd", "dmtd-spec"):  # part-graph methods of a DMTD bundle (runtime/dmtd.py)
+        from mtpedge.runtime.dmtd import LOSSY_WARNING, run_dmtd_method
+        from mtpedge.runtime.dmtd_parts import DmtdParts
+
+        if args.drafter == "dmtd":
+            print(f"warning: {LOSSY_WARNING}", file=sys.stderr)
+        result = run_dmtd_method(args.drafter, DmtdParts(engine, threads=args.threads), prompt_ids,
+                                 args.max_new_tokens, sampling, on_tokens=None if args.json else show,
+                                 tau=getattr(args, "tau", None), draft_len=getattr(args, "draft_len", None))
+    else:
+        try:
+            drafter = make_drafter(args.drafter, engine, **drafter_options(args))
+        except ValueError as err:
+            raise SystemExit(f"mtpedge generate: error: {err}") from err
+        result = generate(engine, prompt_ids, args.max_new_tokens, sampling, on_tokens=None if args.json else show,
+                          drafter=drafter)
     stats = result.stats.to_dict()
     if args.json:
         text = tok.decode(result.token_ids)

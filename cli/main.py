@@ -17,6 +17,7 @@ COMMANDS = {
     "generate": ("mtpedge.generate_cmd", "generate a completion for one prompt"),
     "chat": ("mtpedge.chat_cmd", "interactive chat with streaming output"),
     "serve": ("mtpedge.serve_cmd", "OpenAI-compatible local HTTP server (/v1/chat/completions, /v1/completions)"),
+    "train-dmtd": ("mtpedge.train_dmtd_cmd", "train DMTD's late-layer decoding copy (and export a DMTD bundle)"),
     "bench": ("mtpedge.bench_cmd", "Spec-Bench questions through every decoding method and peer, plus a width sweep"),
 }
 
