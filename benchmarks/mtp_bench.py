@@ -24,24 +24,12 @@ from pathlib import Path
 
 import numpy as np
 
+# the same question spread as the ESP benchmark: evenly over each category, then round-robin
+from esp_bench import QUESTIONS, load_questions  # a sibling script (run as python benchmarks/mtp_bench.py)
+
 from mtpedge.runtime.drafters import make_drafter
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import generate
-
-QUESTIONS = Path("/work/shared/data/spec_bench/question.jsonl")
-
-
-def load_questions(path: Path, per_category: int) -> list[dict]:
-    """The same spread as benchmarks/esp_bench.py: evenly over each category, then round-robin."""
-    by_category: dict[str, list[dict]] = defaultdict(list)
-    for line in path.read_text().splitlines():
-        q = json.loads(line)
-        by_category[q["category"]].append(q)
-    picked = {}
-    for category in sorted(by_category):
-        items = by_category[category]
-        picked[category] = items[:: max(1, len(items) // per_category)][:per_category]
-    return [picked[cat][i] for i in range(per_category) for cat in sorted(picked) if i < len(picked[cat])]
 
 
 def setups(args) -> list[tuple[str, str, str, dict]]:
