@@ -33,7 +33,7 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--masks", type=int, default=None, help="esp/hybrid: mask slots k after each node (1-3)")
     group.add_argument("--mask-init", choices=["soft", "hard", "sample", "mean", "learned"], default=None,
                        help="esp/hybrid: mask embedding init (mean = vocab mean; learned = the bundle's trained "
-                            "adapter masks, see train-mtp)")
+                            "adapter masks, see train-mtp; default: learned when the bundle has them, else mean)")
     group.add_argument("--mask-update", type=float, default=None,
                        help="esp/hybrid: online update rate lambda of the mask embeddings (default 0.1; 0 for learned)")
     group.add_argument("--tree", default=None, help="esp: dynamic, static, or static:W1,W2,... per-depth widths")

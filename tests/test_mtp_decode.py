@@ -148,6 +148,15 @@ def test_esp_with_learned_masks_is_lossless(mtp_bundle, tiny_bundle):
                 plain.token_ids
 
 
+@pytest.mark.parametrize("name", ["esp", "hybrid"])
+def test_mask_drafters_default_to_learned_masks_when_the_bundle_has_them(mtp_bundle, tiny_bundle, name):
+    folder, _ = mtp_bundle(0, False)
+    learned = make_drafter(name, Engine.load(folder, threads=1))
+    assert (learned.settings["mask_init"], learned.settings["mask_update"]) == ("learned", 0.0)
+    plain = make_drafter(name, Engine.load(tiny_bundle("llama"), threads=1))
+    assert (plain.settings["mask_init"], plain.settings["mask_update"]) == ("mean", 0.1)
+
+
 def test_mtp_drafter_refuses_bundles_without_an_adapter(tiny_bundle):
     from mtpedge.runtime.bundle import BundleError
 

@@ -21,15 +21,16 @@ from ..graphs import GraphOutput
 from ..mask_embeddings import MaskConfig
 from ..tree import DraftTree
 from ..tree_build import concat_pools, mask_pool, select_tree, softmax_rows
-from .esp import MaskProbe
+from .esp import MaskProbe, default_mask_init
 from .lookup import NgramSource
 
 
 class HybridDrafter:
     name = "hybrid"
 
-    def __init__(self, engine: Engine, masks: int = 1, mask_init: str = "mean", mask_update: float | None = None,
+    def __init__(self, engine: Engine, masks: int = 1, mask_init: str | None = None, mask_update: float | None = None,
                  width: int = 16, max_ngram: int = 3, min_ngram: int = 1, branches: int = 2, seed: int = 0) -> None:
+        mask_init = mask_init or default_mask_init(engine)
         if mask_update is None:  # the online update pulls learned masks away from what they were trained to be
             mask_update = 0.0 if mask_init == "learned" else 0.1
         self.probe = MaskProbe(engine, MaskConfig(init=mask_init, slots=masks, update_rate=mask_update, seed=seed))
