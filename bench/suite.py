@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import shutil
@@ -12,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from mtpedge.runtime.bundle import files_sha256
 from mtpedge.runtime.dmtd import DMTD_METHODS
 
 from .aggregate import summarize
@@ -69,12 +69,7 @@ def resolve_methods(requested: Sequence[str], drafters: Sequence[str]) -> list[s
 def model_sha256(path: Path) -> str:
     """The same digest mtpedge export stores as the bundle's source_sha256 (a GGUF file, or a folder's weights)."""
     files = [path] if path.is_file() else sorted(path.glob("*.safetensors")) + sorted(path.glob("*.bin"))
-    digest = hashlib.sha256()
-    for f in sorted(files):
-        with open(f, "rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(chunk)
-    return digest.hexdigest()
+    return files_sha256(files)
 
 
 def _select(settings: BenchSettings) -> tuple[list[Question], str]:

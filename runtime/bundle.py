@@ -11,6 +11,7 @@ The runtime refuses a bundle it cannot run, saying what is wrong and what to do.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -18,6 +19,17 @@ from typing import Any
 
 from .contract import GraphShape
 from .model_config import DecoderConfig
+
+
+def files_sha256(paths: list[Path]) -> str:
+    """SHA-256 over the files' bytes in sorted path order: the manifest's source_sha256."""
+    digest = hashlib.sha256()
+    for path in sorted(paths):
+        with open(path, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
+
 
 BUNDLE_FORMAT = "mtpedge-bundle"
 BUNDLE_VERSION = 1
