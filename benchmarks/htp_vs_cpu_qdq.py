@@ -5,7 +5,9 @@
 QDQ_BUNDLE runs on onnxruntime's CPU EP (its QDQ emulation); QNN_BUNDLE is the same bundle compiled by
 `mtpedge compile-qnn` (context binaries), run on the QNN EP's HTP simulator with CPU fallback disabled.
 For each prompt: the first step where the greedy tokens differ, and at that step the CPU graph's margin
-between its top-2 logits (a small margin = a near-tie that fixed-point arithmetic may flip).
+between its top-2 logits (a small margin = a near-tie that fixed-point arithmetic may flip). The HTP run is
+fed the CPU's tokens (teacher forcing), so the first difference is where free-running greedy decoding would
+part, and the top-1 agreement over all steps is measured too.
 The two runs happen one after the other in separate processes' worth of sessions (the simulator misbehaves
 with many HTP sessions alive), so only one engine is loaded at a time.
 """
@@ -16,6 +18,7 @@ import argparse
 import gc
 import json
 import sys
+import time
 
 import numpy as np
 
@@ -33,24 +36,35 @@ PROMPTS = (
 )
 
 
-def greedy_with_logits(engine: Engine, prompt_ids: list[int], tokens: int) -> tuple[list[int], list[np.ndarray]]:
-    """Plain greedy decoding, one width-1 call per token, keeping every step's logits."""
+def greedy_with_logits(engine: Engine, prompt_ids: list[int], tokens: int,
+                       forced: list[int] | None = None) -> tuple[list[int], list[np.ndarray]]:
+    """Greedy decoding, one width-1 call per token, keeping every step's logits and argmax.
+
+    With `forced`, those tokens are fed instead of the argmax (teacher forcing): the argmax is still
+    recorded, so a run forced with another engine's tokens gives top-1 agreement at every step, not only
+    up to the first difference.
+    """
     engine.reset()
     logits = engine.prefill(prompt_ids)
     out_ids, all_logits = [], []
-    for _ in range(tokens):
+    for step_index in range(tokens):
         all_logits.append(logits)
-        token = int(np.argmax(logits))
-        out_ids.append(token)
+        out_ids.append(int(np.argmax(logits)))
+        token = out_ids[-1] if forced is None else forced[step_index]
         step = engine.run_block(engine.embed(np.array([token])), np.array([-1]))
         engine.cache.commit_accepted_kv(step.new_keys, step.new_values, np.arange(1))
         logits = step.logits[0]
     return out_ids, all_logits
 
 
-def run_all(folder: str, providers: list[str] | None, prompts: list[list[int]], tokens: int) -> list[tuple]:
+def run_all(folder: str, providers: list[str] | None, prompts: list[list[int]], tokens: int,
+            forced: list[list[int]] | None = None) -> list[tuple]:
     engine = Engine.load(folder, threads=1, providers=providers)
-    results = [greedy_with_logits(engine, ids, tokens) for ids in prompts]
+    results = []
+    for i, ids in enumerate(prompts):
+        start = time.perf_counter()
+        results.append(greedy_with_logits(engine, ids, tokens, None if forced is None else forced[i]))
+        print(f"  prompt {i + 1}/{len(prompts)}: {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
     del engine
     gc.collect()
     return results
@@ -74,12 +88,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"CPU QDQ: {len(prompts)} prompts x {args.tokens} tokens", file=sys.stderr)
     cpu = run_all(args.qdq_bundle, None, prompts, args.tokens)
     print("HTP simulator (QNN EP, CPU fallback disabled)", file=sys.stderr)
-    htp = run_all(args.qnn_bundle, ["QNNExecutionProvider"], prompts, args.tokens)
+    htp = run_all(args.qnn_bundle, ["QNNExecutionProvider"], prompts, args.tokens,
+                  forced=[ids for ids, _ in cpu])
     rows = []
     for text, (cpu_ids, cpu_logits), (htp_ids, htp_logits) in zip(PROMPTS, cpu, htp, strict=False):
         differ = [i for i, (a, b) in enumerate(zip(cpu_ids, htp_ids, strict=True)) if a != b]
         first = differ[0] if differ else None
-        row = {"prompt": text, "equal_tokens": args.tokens if first is None else first, "first_difference": first}
+        row = {"prompt": text, "equal_tokens": args.tokens if first is None else first, "first_difference": first,
+               "top1_agreement_teacher_forced": round(1 - len(differ) / args.tokens, 4)}
         if first is not None:
             row.update(cpu_token=cpu_ids[first], htp_token=htp_ids[first],
                        cpu_top2_margin=round(top2_margin(cpu_logits[first]), 4),
