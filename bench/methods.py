@@ -44,19 +44,46 @@ class Method(Protocol):
     def close(self) -> None: ...
 
 
+def _option_value(text: str) -> int | float | str:
+    for convert in (int, float):
+        try:
+            return convert(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_method_spec(spec: str) -> tuple[str, dict[str, int | float | str]]:
+    """"hybrid:width=32:masks=2" -> ("hybrid", {"width": 32, "masks": 2}); a plain name has no options.
+
+    Options are the drafter's keyword arguments (`make_drafter`), so one run can compare settings side by side.
+    """
+    name, *pairs = spec.split(":")
+    options: dict[str, int | float | str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key or not value:
+            raise ValueError(f"method {spec!r}: options are key=value after the name, e.g. hybrid:width=32:masks=2")
+        options[key.replace("-", "_")] = _option_value(value)
+    return name, options
+
+
 class DrafterMethod:
-    """An mtpedge drafter (or plain decoding) over a shared Engine, greedy."""
+    """An mtpedge drafter (or plain decoding) over a shared Engine, greedy; `spec` may carry drafter options."""
 
     kind = "mtpedge"
 
-    def __init__(self, engine, drafter_name: str) -> None:
+    def __init__(self, engine, spec: str) -> None:
         from mtpedge.runtime.drafters import drafter_names, make_drafter
 
+        drafter_name, options = parse_method_spec(spec)
         if drafter_name not in drafter_names():
             raise ValueError(f"unknown method {drafter_name!r}: mtpedge drafters are {', '.join(drafter_names())}")
+        if drafter_name == "none" and options:
+            raise ValueError(f"method {spec!r}: plain decoding takes no options")
         self.engine = engine
-        self.name = drafter_name
-        self._make = lambda: make_drafter(drafter_name, engine)
+        self.name = spec
+        self._make = lambda: make_drafter(drafter_name, engine, **options)
         self._make()  # fail now, not at the first question, if the drafter cannot run on this bundle
 
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int) -> MethodRun:

@@ -89,8 +89,11 @@ def sweep_table(sweep: dict) -> list[str]:
 
 def markdown(doc: dict) -> str:
     s, m = doc["settings"], doc["machine"]
+    planned = s.get("questions_planned", s["questions_run"])
+    stopped = (f" (stopped by the {s['time_limit_s']:.0f} s time limit after {s['questions_run']} of {planned})"
+               if s["questions_run"] < planned else "")
     out = [f"# mtpedge bench: {s['bundle_name']}", "",
-           f"{s['questions_run']} questions ({s['selection']}), {s['max_new_tokens']} new tokens max, greedy, "
+           f"{s['questions_run']} questions{stopped} ({s['selection']}), {s['max_new_tokens']} new tokens max, greedy, "
            f"chat template, every turn; {s['threads']} thread(s) per method; methods interleaved per question "
            "(order rotated). Process peak RSS is of the one process that holds every in-process method at once.",
            f"Machine: {m['cpu_model']}, {m['usable_cores']} cores ({', '.join(m['cpu_flags'])}), "

@@ -4,6 +4,7 @@ in an order rotated per question, so that machine drift and cache warmth hit all
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
@@ -49,10 +50,16 @@ def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
 
 def run_questions(methods: Sequence[Method], questions: Sequence[Question], tokenizer, context: int,
                   max_new_tokens: int, monitor: RssMonitor | None = None,
-                  on_question: Callable[[Question], None] | None = None) -> list[Row]:
-    """Greedy answers of every method to every turn (each method continues its own conversation)."""
+                  on_question: Callable[[Question], None] | None = None, deadline: float | None = None) -> list[Row]:
+    """Greedy answers of every method to every turn (each method continues its own conversation).
+
+    `deadline` (a time.perf_counter() value): no question starts after it; a started one finishes.
+    """
     rows: list[Row] = []
     for index, question in enumerate(questions):
+        if deadline is not None and time.perf_counter() > deadline:
+            log.warning("time limit reached: %d of %d questions answered", index, len(questions))
+            break
         shift = index % len(methods)
         order = list(methods[shift:]) + list(methods[:shift])
         outputs: dict[tuple[str, int], tuple[list[int], list[int]]] = {}  # (method, turn) -> (prompt, new ids)

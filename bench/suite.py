@@ -17,7 +17,7 @@ from mtpedge.runtime.dmtd import DMTD_METHODS
 from .aggregate import summarize
 from .machine import describe_machine, load_average
 from .memory import RssMonitor, current_rss_mb
-from .methods import DmtdMethod, DrafterMethod
+from .methods import DmtdMethod, DrafterMethod, parse_method_spec
 from .peers import PEERS, PeerConfig, make_peer, peer_missing_reason
 from .questions import QUICK_QUESTIONS, Question, load_questions, select_questions
 from .report import SCHEMA, markdown
@@ -48,15 +48,22 @@ class BenchSettings:
     lookup_tokens: int = 10
     work_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "mtpedge" / "bench")
     quick: bool = False
+    time_limit_s: float | None = None  # start no new question after this; the report says how many ran
 
 
 def resolve_methods(requested: Sequence[str], drafters: Sequence[str]) -> list[str]:
-    """Expand "all" (every registered drafter, then every peer); refuse unknown names."""
+    """Expand "all" (every registered drafter, then every peer); refuse unknown names.
+
+    A drafter may carry options ("esp:mask_init=soft"); each such spec is a method of its own.
+    """
     names: list[str] = []
     for name in requested:
         expanded = [*drafters, *PEERS] if name == ALL else [name]
         for n in expanded:
-            if n not in drafters and n not in PEERS and n not in DMTD_METHODS:
+            base, options = parse_method_spec(n)
+            if options and base not in drafters:
+                raise ValueError(f"method {n!r}: only mtpedge drafters take options")
+            if base not in drafters and n not in PEERS and n not in DMTD_METHODS:
                 raise ValueError(f"unknown method {n!r}: mtpedge drafters are {', '.join(drafters)}; "
                                  f"peers are {', '.join(PEERS)}")
             if n not in names:
@@ -100,7 +107,8 @@ def run_bench(settings: BenchSettings, say: Callable[[str], None] = log.info,
     methods, statuses = [], []
     explicit = set(settings.methods) - {ALL}
     for name in names:
-        mtpedge_method = name in drafter_names() or name in DMTD_METHODS  # DMTD: named only, never in "all"
+        # DMTD: named only, never in "all"
+        mtpedge_method = parse_method_spec(name)[0] in drafter_names() or name in DMTD_METHODS
         status = {"name": name, "kind": "mtpedge" if mtpedge_method else "peer", "status": "ran"}
         statuses.append(status)
         if status["kind"] == "peer":
@@ -133,8 +141,9 @@ def run_bench(settings: BenchSettings, say: Callable[[str], None] = log.info,
     say(f"{len(questions)} questions x {len(methods)} methods: {', '.join(m.name for m in methods)}")
     monitor = RssMonitor()
     try:
+        deadline = None if settings.time_limit_s is None else started + settings.time_limit_s
         rows = run_questions(methods, questions, engine.tokenizer, engine.context, settings.max_new_tokens,
-                             monitor, on_question)
+                             monitor, on_question, deadline)
     finally:
         monitor.close()
         for method in methods:
@@ -163,7 +172,9 @@ def run_bench(settings: BenchSettings, say: Callable[[str], None] = log.info,
         "settings": {
             "bundle": str(settings.bundle), "bundle_name": manifest.model_name, "context": engine.context,
             "bundle_graphs": [g.name for g in manifest.graphs], "questions_file": str(settings.questions),
-            "selection": selection, "questions_run": len(questions), "categories": settings.categories,
+            "selection": selection, "questions_planned": len(questions),
+            "questions_run": len({(r.category, r.question_id) for r in rows}),
+            "time_limit_s": settings.time_limit_s, "categories": settings.categories,
             "limit_per_category": settings.limit, "max_new_tokens": settings.max_new_tokens,
             "threads": settings.threads, "greedy": True, "chat_template": engine.tokenizer.has_chat_template,
             "turns": "all", "peer_model": str(settings.model) if settings.model else None,

@@ -30,7 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--methods", type=_names, default=("all",),
                         help="comma-separated mtpedge drafters and peers (llama.cpp, llama.cpp-lookup, transformers, "
                              "transformers-lookup, optimum-ort); 'all' = every drafter and every peer found "
-                             "(default; --quick: mtpedge drafters only). `none` always runs: it is the baseline")
+                             "(default; --quick: mtpedge drafters only). `none` always runs: it is the baseline. "
+                             "A drafter takes options after colons, e.g. esp:mask_init=soft or hybrid:width=32")
     parser.add_argument("--model", type=Path, help="GGUF file or Hugging Face folder the peers load "
                         "(default: the embedded SmolLM2 GGUF when the bundle came from it)")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for every method (default: all)")
@@ -45,6 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-sweep", action="store_true", help="skip the width sweep")
     parser.add_argument("--no-plots", action="store_true", help="write no PNG plots")
     parser.add_argument("--out", type=Path, help="output folder (default bench-results/<time>)")
+    parser.add_argument("--time-limit", type=float, metavar="SECONDS",
+                        help="start no new question after this many seconds; the report covers those answered")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke test: 1 question per category, 8 tokens, 2 sweep repeats, no peers unless named; "
                              "checks that the report is complete (exit 1 if not)")
@@ -75,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
     if args.questions is None and not args.quick:
         raise ValueError("--questions is required (Spec-Bench's data/spec_bench/question.jsonl), or use --quick")
     for flag, value in (("--max-new-tokens", args.max_new_tokens), ("--threads", args.threads),
-                        ("--sweep-repeats", args.sweep_repeats), ("--lookup-tokens", args.lookup_tokens)):
+                        ("--sweep-repeats", args.sweep_repeats), ("--lookup-tokens", args.lookup_tokens),
+                        ("--time-limit", args.time_limit)):
         if value is not None and value < 1:
             raise ValueError(f"{flag} must be at least 1, got {value}")
     bundle = ensure_bundle(args.bundle, None, 1024)
@@ -93,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         threads=args.threads or 1, model=args.model or _default_model(bundle),
         sweep_bundles=tuple(Path(b) for b in args.sweep_bundles or ()), sweep=not args.no_sweep,
         sweep_repeats=args.sweep_repeats or (2 if args.quick else 10), optimum_python=optimum_python,
-        lookup_tokens=args.lookup_tokens, quick=args.quick)
+        lookup_tokens=args.lookup_tokens, quick=args.quick, time_limit_s=args.time_limit)
     out = args.out or Path("bench-results") / datetime.now().strftime("%Y%m%d-%H%M%S")
     say = lambda msg: print(msg, file=sys.stderr)  # noqa: E731 - stdout's last line is the JSON summary
     progress = _progress_bar(settings)

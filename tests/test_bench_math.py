@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from mtpedge.bench.aggregate import OVERALL, acceptance_by_depth, summarize, tau
-from mtpedge.bench.questions import QuestionFileError, parse_questions, select_questions
+from mtpedge.bench.methods import MethodRun, parse_method_spec
+from mtpedge.bench.questions import Question, QuestionFileError, parse_questions, select_questions
 from mtpedge.bench.roofline import CallCost, Ceilings, call_cost, matmul_weights
-from mtpedge.bench.runner import Row, first_difference
+from mtpedge.bench.runner import Row, first_difference, run_questions
 from mtpedge.bench.suite import resolve_methods
 from mtpedge.runtime.model_config import DecoderConfig
 
@@ -55,6 +56,47 @@ def test_resolve_methods_expands_all_and_always_keeps_the_baseline():
     assert resolve_methods(["transformers", "lookup"], ["none", "lookup"]) == ["none", "transformers", "lookup"]
     with pytest.raises(ValueError, match="unknown method 'eagle'"):
         resolve_methods(["eagle"], ["none"])
+
+
+def test_method_specs_carry_drafter_options():
+    assert parse_method_spec("hybrid") == ("hybrid", {})
+    assert parse_method_spec("hybrid:width=32:mask-init=soft:mask_update=0.2") == (
+        "hybrid", {"width": 32, "mask_init": "soft", "mask_update": 0.2})
+    with pytest.raises(ValueError, match="options are key=value"):
+        parse_method_spec("esp:soft")
+    assert resolve_methods(["esp:mask_init=soft", "esp"], ["none", "esp"]) == ["none", "esp:mask_init=soft", "esp"]
+    with pytest.raises(ValueError, match="only mtpedge drafters take options"):
+        resolve_methods(["transformers:width=4"], ["none"])
+    with pytest.raises(ValueError, match="unknown method 'eagle'"):
+        resolve_methods(["eagle"], ["none"])
+
+
+class _CountingMethod:
+    kind = "mtpedge"
+
+    def __init__(self, name: str) -> None:
+        self.name, self.calls = name, 0
+
+    def generate(self, prompt_ids, max_new_tokens):
+        self.calls += 1
+        return MethodRun([1, 2], first_token_s=0.1, elapsed_s=0.2)
+
+
+class _Tokenizer:
+    def encode_chat(self, messages):
+        return list(range(len(messages)))
+
+    def decode(self, ids):
+        return "x"
+
+
+def test_run_questions_starts_no_question_after_the_deadline():
+    questions = [Question(i, "writing", ("a",)) for i in range(3)]
+    method = _CountingMethod("none")
+    assert run_questions([method], questions, _Tokenizer(), 64, 4, deadline=0.0) == []  # long past
+    assert method.calls == 0
+    rows = run_questions([method], questions, _Tokenizer(), 64, 4, deadline=float("inf"))
+    assert [r.question_id for r in rows] == [0, 1, 2] and method.calls == 3
 
 
 def test_first_difference():

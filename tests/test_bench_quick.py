@@ -13,13 +13,14 @@ from mtpedge.runtime.drafters import drafter_names
 
 # mtp needs a bundle with a trained adapter (tests/test_mtp_decode.py); on this plain bundle it is "missing"
 PLAIN_DRAFTERS = [name for name in drafter_names() if name != "mtp"]
+OPTION_METHOD = "lookup:width=4:max_ngram=2"  # a drafter with options is a method of its own
 
 
 @pytest.fixture(scope="module")
 def quick_report(tiny_bundle, tiny_model_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("bench") / "quick"
     code = main(["bench", "--bundle", str(tiny_bundle("llama")), "--quick", "--out", str(out),
-                 "--methods", ",".join([*drafter_names(), "transformers", "llama.cpp"]),
+                 "--methods", ",".join([*drafter_names(), OPTION_METHOD, "transformers", "llama.cpp"]),
                  "--model", str(tiny_model_dir("llama"))])
     assert code == 0
     return out, json.loads((out / "bench.json").read_text())
@@ -31,7 +32,7 @@ def test_quick_writes_every_output(quick_report):
         "bench.json", "bench.md", "tau_by_category.png", "tokens_per_s.png", "width_sweep.png"]
     for png in out.glob("*.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert validate_report(doc, expect_methods=[*PLAIN_DRAFTERS, "transformers"]) == []
+    assert validate_report(doc, expect_methods=[*PLAIN_DRAFTERS, OPTION_METHOD, "transformers"]) == []
     md = (out / "bench.md").read_text()
     assert "| none | mtpedge | 1.00 |" in md and "## Width sweep" in md
 
@@ -39,7 +40,7 @@ def test_quick_writes_every_output(quick_report):
 def test_quick_rows_cover_every_turn_of_every_method(quick_report):
     _, doc = quick_report
     ran = [m["name"] for m in doc["methods"] if m["status"] == "ran"]
-    assert ran == [*PLAIN_DRAFTERS, "transformers"]
+    assert ran == [*PLAIN_DRAFTERS, OPTION_METHOD, "transformers"]
     # the built-in questions: one with two turns, one with one
     assert sorted((r["method"], r["question_id"], r["turn"]) for r in doc["rows"]) == sorted(
         (m, q, t) for m in ran for q, t in (("quick-1", 1), ("quick-1", 2), ("quick-2", 1)))
@@ -53,7 +54,7 @@ def test_quick_rows_cover_every_turn_of_every_method(quick_report):
 def test_quick_lossless_methods_and_float32_peer_match_plain_decoding(quick_report):
     _, doc = quick_report
     # every mtpedge drafter is lossless; transformers runs the same float32 weights (tiny model: no near-ties)
-    for name in [*PLAIN_DRAFTERS, "transformers"]:
+    for name in [*PLAIN_DRAFTERS, OPTION_METHOD, "transformers"]:
         assert doc["summary"][name]["overall"]["same_as_baseline"] == 1.0, name
 
 
@@ -115,3 +116,10 @@ def test_optimum_conversion_writes_rope_theta_for_old_transformers(tiny_model_di
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert theta == 50000.0 and config["rope_theta"] == 50000.0
     assert config["rope_scaling"]["rope_type"] == "llama3" and config["rope_scaling"]["factor"] == 8.0
+
+
+def test_drafter_options_in_a_method_spec_take_effect(quick_report):
+    _, doc = quick_report
+    # width 4 = the root and at most 3 drafts, so no call can accept more than 3
+    accepted = [int(k) for r in doc["rows"] if r["method"] == OPTION_METHOD for k in r["accepted_per_call"]]
+    assert accepted and max(accepted) <= 3
