@@ -60,6 +60,16 @@ def select_questions(questions: Sequence[Question], categories: Sequence[str] | 
     return chosen
 
 
+def round_robin(questions: Sequence[Question]) -> list[Question]:
+    """The first question of every category, then the second of each, ...: the run order, so that a run cut
+    short by its time limit still covers every category about equally."""
+    by_category: dict[str, list[Question]] = {}
+    for q in questions:
+        by_category.setdefault(q.category, []).append(q)
+    rounds = max((len(qs) for qs in by_category.values()), default=0)
+    return [qs[i] for i in range(rounds) for qs in by_category.values() if i < len(qs)]
+
+
 def load_questions(path: str | Path, categories: Sequence[str] | None = None,
                    limit: int | None = None) -> list[Question]:
     path = Path(path)

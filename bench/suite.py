@@ -19,7 +19,7 @@ from .machine import describe_machine, load_average
 from .memory import RssMonitor, current_rss_mb
 from .methods import DmtdMethod, DrafterMethod, parse_method_spec
 from .peers import PEERS, PeerConfig, make_peer, peer_missing_reason
-from .questions import QUICK_QUESTIONS, Question, load_questions, select_questions
+from .questions import QUICK_QUESTIONS, Question, load_questions, round_robin, select_questions
 from .report import SCHEMA, markdown
 from .roofline import measure_ceilings
 from .runner import BASELINE, run_questions
@@ -82,10 +82,10 @@ def model_sha256(path: Path) -> str:
 def _select(settings: BenchSettings) -> tuple[list[Question], str]:
     if settings.questions is None:
         return select_questions(QUICK_QUESTIONS, settings.categories, settings.limit), "built-in quick questions"
-    chosen = load_questions(settings.questions, settings.categories, settings.limit)
+    chosen = round_robin(load_questions(settings.questions, settings.categories, settings.limit))
     limit = f"the first {settings.limit} of each category" if settings.limit else "all questions"
     categories = ", ".join(settings.categories) if settings.categories else "every category"
-    return chosen, f"{settings.questions.name}: {limit}; {categories}"
+    return chosen, f"{settings.questions.name}: {limit}; {categories}; run round-robin over categories"
 
 
 def run_bench(settings: BenchSettings, say: Callable[[str], None] = log.info,

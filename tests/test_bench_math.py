@@ -6,7 +6,7 @@ import pytest
 
 from mtpedge.bench.aggregate import OVERALL, acceptance_by_depth, summarize, tau
 from mtpedge.bench.methods import MethodRun, parse_method_spec
-from mtpedge.bench.questions import Question, QuestionFileError, parse_questions, select_questions
+from mtpedge.bench.questions import Question, QuestionFileError, parse_questions, round_robin, select_questions
 from mtpedge.bench.roofline import CallCost, Ceilings, call_cost, matmul_weights
 from mtpedge.bench.runner import Row, first_difference, run_questions
 from mtpedge.bench.suite import resolve_methods
@@ -56,6 +56,12 @@ def test_resolve_methods_expands_all_and_always_keeps_the_baseline():
     assert resolve_methods(["transformers", "lookup"], ["none", "lookup"]) == ["none", "transformers", "lookup"]
     with pytest.raises(ValueError, match="unknown method 'eagle'"):
         resolve_methods(["eagle"], ["none"])
+
+
+def test_round_robin_takes_one_question_per_category_per_round():
+    questions = parse_questions(LINES)  # writing 1, 2, 4; math 3
+    assert [q.question_id for q in round_robin(questions)] == [1, 3, 2, 4]
+    assert round_robin([]) == []
 
 
 def test_method_specs_carry_drafter_options():
