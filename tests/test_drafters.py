@@ -25,6 +25,11 @@ DRAFTER_SETTINGS = [
     ("lookup", {"width": 32, "branches": 3, "max_ngram": 2}),
     ("hybrid", {}),
     ("hybrid", {"masks": 2, "width": 32, "branches": 3, "mask_init": "soft"}),
+    ("hybrid", {"mask_gain": 0.5}),
+    ("hybrid", {"mask_gain": 0.0, "width": 8}),
+    ("hybrid", {"mask_gain": 3.0, "masks": 2, "width": 32, "max_ngram": 2}),
+    ("hybrid", {"extend": 2}),
+    ("hybrid", {"extend": 3, "mask_gain": 0.5, "masks": 2, "width": 32, "mask_init": "hard"}),
 ]
 
 
