@@ -95,7 +95,8 @@ def default_mask_init(engine: Engine) -> str:
     """Learned masks when the bundle carries them, else the vocab mean (the best training-free init, measured).
 
     Learned masks were trained for this job: on 12 Spec-Bench questions the hybrid's τ went 1.72 -> 2.01
-    (benchmarks/results/mtp/hybrid-learned-12q.txt), ESP's 1.26 -> 1.56.
+    (benchmarks/results/mtp/hybrid-learned-12q.txt), ESP's 1.26 -> 1.56. A float32 export of the embedded
+    default model carries them (the masks shipped in export/data, see export/learned_masks.py).
     """
     return "learned" if (engine.manifest.extras.get("mtp") or {}).get("masks_file") else "mean"
 

@@ -15,6 +15,15 @@ Where the k mask slots go (`mask_gain`):
             (g: the tokens a forecast adds to the next step). Long, confident lookup chains then take most
             of the width with masks only where the path likely ends; if it ends elsewhere, the next step
             drafts from lookup alone.
+`extend` > 0 hangs a lookup chain under each of the `extend` best depth-1 mask candidates.
+
+Defaults, from measurement (SmolLM2-135M float32, learned masks, 13 Spec-Bench questions x 128 tokens that
+are not in esp_bench's 52, benchmarks/hybrid_sweep.py; τ = tokens per decode call):
+    width 16: τ 1.99 (mask_gain None), 2.01 (0.5), 2.00 (1.0); extend 1: 1.99; branches 3: 1.99; min_ngram 2: 1.94
+    width 32: 2.19 (None), 2.18 (0.5);  width 64: 2.37 (None), 2.33 (0.5)
+So mask_gain and extend stay off (within noise; they help only in copy-heavy text) and the width is the
+lever. Width 16 stays the default: on this CPU a width-64 call costs 5.5x a width-1 call, width 16 2x
+(benchmarks/results/esp_bench_smollm2_52q_learned.log); on an NPU, where width is cheap, pass a larger one.
 """
 
 from __future__ import annotations
