@@ -227,7 +227,8 @@ def mask_owners_by_value(parents: np.ndarray, scores: np.ndarray, width: int, k:
             deepest[parents[node]] -= scores[node]
         room = min(n, (width - n) // k) if k else 0
         kept = rank[:n]
-        owners = kept[np.lexsort((kept, -deepest[kept]))][:room]
+        # rounded: equal probabilities reached by different sums must tie (then the lower index wins)
+        owners = kept[np.lexsort((kept, -np.round(deepest[kept], 12)))][:room]
         value = total + gain * float(np.clip(deepest[owners], 0.0, None).sum())
         if value > best_value + 1e-12:
             best_value, best_n, best_owners = value, n, owners

@@ -50,7 +50,7 @@ def brute_split(parents, scores, width, k, gain):
         kept = ranked[:n]
         deepest = {i: scores[i] - sum(scores[c] for c in kept if c and parents[c] == i) for i in kept}
         room = min(n, (width - n) // k)
-        owners = sorted(kept, key=lambda i: (-deepest[i], i))[:room]
+        owners = sorted(kept, key=lambda i: (-float(np.round(deepest[i], 12)), i))[:room]
         value = sum(scores[i] for i in kept) + gain * sum(max(deepest[i], 0.0) for i in owners)
         if best is None or value > best[0] + 1e-12:
             best = (value, sorted(kept), sorted(owners))
