@@ -47,10 +47,15 @@ def load_questions(path: Path, per_category: int) -> list[dict]:
 
 def configs(args) -> list[tuple[str, str, dict]]:
     out = [("none", "none", {})]
-    for init in args.inits.split(","):
+    for init in filter(None, args.inits.split(",")):
         out.append((f"esp-{init}", "esp", {"mask_init": init, "masks": args.masks, "width": args.esp_width}))
-    out.append(("lookup", "lookup", {"width": args.lookup_width}))
-    out.append(("hybrid", "hybrid", {"masks": args.masks, "width": args.hybrid_width}))
+    if args.lookup_width:
+        out.append(("lookup", "lookup", {"width": args.lookup_width}))
+    if not args.hybrid:
+        out.append(("hybrid", "hybrid", {"masks": args.masks, "width": args.hybrid_width}))
+    for text in args.hybrid:  # '{"label": "hybrid-w32", "width": 32, ...}'
+        options = json.loads(text)
+        out.append((options.pop("label", f"hybrid-{len(out)}"), "hybrid", options))
     return out
 
 
@@ -94,11 +99,14 @@ def main() -> int:
     parser.add_argument("--questions", default=str(QUESTIONS))
     parser.add_argument("--per-category", type=int, default=2)
     parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--inits", default="soft,hard,sample,mean")
+    parser.add_argument("--inits", default="soft,hard,sample,mean", help="esp mask inits ('' = no esp)")
     parser.add_argument("--masks", type=int, default=1)
     parser.add_argument("--esp-width", type=int, default=16)
-    parser.add_argument("--lookup-width", type=int, default=8)
+    parser.add_argument("--lookup-width", type=int, default=8, help="0 = no lookup")
     parser.add_argument("--hybrid-width", type=int, default=16)
+    parser.add_argument("--hybrid", action="append", default=[],
+                        help='a hybrid configuration as JSON options plus "label" (repeatable; replaces the default '
+                        'hybrid), e.g. \'{"label": "hybrid-w32", "width": 32}\'')
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--cost-reps", type=int, default=15)
     parser.add_argument("--time-limit", type=float, default=None, help="seconds; stop after the current question")

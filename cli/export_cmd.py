@@ -27,6 +27,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated slots of the decode graphs (default 1,16)")
     parser.add_argument("--mtp-adapter", help="a `mtpedge train-mtp` checkpoint: export its learned masks, gated "
                         "LoRA graphs (lora_gate input) and sampler head with the bundle (drafter `mtp`)")
+    parser.add_argument("--masks", default="auto", metavar="FILE|auto|none",
+                        help="learned mask embeddings for the esp/hybrid drafters: a masks file (.npz), none, or "
+                        "auto (default: the masks shipped for the embedded default model, when exporting exactly "
+                        "those weights to float32)")
     parser.add_argument("--no-parity-check", action="store_true", help="skip the per-graph check against PyTorch")
     add_precision_arguments(parser)
     parser.add_argument("--target", choices=["cpu", "qnn"], default="cpu",
@@ -86,6 +90,7 @@ def target_soc(args: argparse.Namespace) -> str | None:
 def run(args: argparse.Namespace) -> int:
     try:
         from mtpedge.export.bundle_writer import ExportConfig, export_bundle
+        from mtpedge.export.learned_masks import MasksFileError
         from mtpedge.models.loading import ModelLoadError
     except ImportError as err:
         raise SystemExit(
@@ -101,10 +106,11 @@ def run(args: argparse.Namespace) -> int:
     out = args.out or default_bundle_dir(args.model, args.context, label)
     config = ExportConfig(context=args.context, prefill_width=args.prefill_width,
                           decode_widths=args.decode_widths, check_parity=not args.no_parity_check,
-                          quantization=quantization, target_soc=soc, mtp_adapter=args.mtp_adapter)
+                          quantization=quantization, target_soc=soc, mtp_adapter=args.mtp_adapter,
+                          learned_masks=args.masks)
     try:
         export_bundle(args.model, out, config, progress=print)
-    except ModelLoadError as err:
+    except (ModelLoadError, MasksFileError) as err:
         print(f"mtpedge export: error: {err}", file=sys.stderr)
         return 2
     return 0

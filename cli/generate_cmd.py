@@ -42,6 +42,11 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max-ngram", type=int, default=None, help="lookup/hybrid: longest n-gram matched")
     group.add_argument("--branches", type=int, default=None,
                        help="lookup/hybrid: distinct n-gram continuations in one tree")
+    group.add_argument("--mask-gain", type=float, default=None,
+                       help="hybrid: give mask slots only where they pay, valuing a forecast at this many tokens "
+                       "(default: every node gets its masks)")
+    group.add_argument("--extend", type=int, default=None,
+                       help="hybrid: lookup chains after this many of the best mask candidates (default 0)")
     group.add_argument("--tau", type=int, default=None, help="dmtd: cycle length τ (default 4)")
     group.add_argument("--draft-len", type=int, default=None, help="dmtd-spec: draft tokens per step (default 3)")
 
@@ -61,7 +66,8 @@ def drafter_options(args: argparse.Namespace) -> dict:
     """The drafter settings given on the command line (None = the drafter's default; make_drafter drops them)."""
     options = {"width": args.width, "masks": args.masks, "mask_init": args.mask_init, "mask_update": args.mask_update,
                "tree": args.tree, "max_ngram": args.max_ngram, "branches": args.branches,
-               "mtp_layout": args.mtp_layout}
+               "mtp_layout": args.mtp_layout, "mask_gain": getattr(args, "mask_gain", None),
+               "extend": getattr(args, "extend", None)}
     return {key: value for key, value in options.items() if value is not None}
 
 

@@ -45,6 +45,10 @@ class ExportConfig:
     quantization: Precision = None  # None: float32 graphs; else made from them (export/precision.py)
     target_soc: str | None = None  # with a QdqConfig: compile QNN context binaries for this SoC
     mtp_adapter: str | None = None  # a `mtpedge train-mtp` checkpoint: adapter graphs + files (export/mtp_export)
+    # learned mask embeddings for the esp/hybrid drafters (export/learned_masks): "auto" = the masks shipped
+    # for the embedded default model when the weights are exactly those (SHA-256) and the bundle is float32;
+    # a path = that masks file (.npz); "none" = no masks
+    learned_masks: str = "auto"
     extras: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -58,6 +62,12 @@ class ExportConfig:
         if self.mtp_adapter and (self.quantization is not None or self.target_soc):
             raise ValueError("a bundle with an MTP adapter is float32 only (the quantizers do not handle the "
                              "lora_gate input yet): export it with --precision float32 and no --target")
+        if self.learned_masks not in ("auto", "none"):
+            if self.mtp_adapter:
+                raise ValueError("--masks and --mtp-adapter both give learned masks: pass one of them")
+            if self.quantization is not None or self.target_soc:
+                raise ValueError("learned masks are attached to float32 bundles only (the quantized bundle's "
+                                 "manifest does not carry them yet): export with --precision float32 and no --target")
 
 
 def _producer_versions() -> dict[str, str]:
@@ -97,6 +107,7 @@ def export_bundle(
     started = time.perf_counter()
     loaded = model if isinstance(model, LoadedModel) else load_model(model)
     cfg = loaded.config
+    masks = _learned_masks(config, loaded)  # before any work: a wrong masks file fails fast
     say(f"loaded {loaded.name}: {cfg.architecture}, {cfg.num_layers} layers, hidden {cfg.hidden_size}, "
         f"vocab {cfg.vocab_size} ({time.perf_counter() - started:.1f} s)")
 
@@ -105,7 +116,7 @@ def export_bundle(
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        manifest = _write_contents(loaded, tmp, config, say)
+        manifest = _write_contents(loaded, tmp, config, say, masks)
         (tmp / MANIFEST).write_text(manifest.to_json())
         if config.quantization is None and config.target_soc is None:
             replace_folder(tmp, out_dir)
@@ -120,7 +131,26 @@ def export_bundle(
     return out_dir
 
 
-def _write_contents(loaded: LoadedModel, folder: Path, config: ExportConfig, say) -> Manifest:
+def _learned_masks(config: ExportConfig, loaded: LoadedModel):
+    """The (LearnedMasks, origin) to attach, or None (see ExportConfig.learned_masks)."""
+    from .learned_masks import checked_masks, default_masks_path, load_masks_file
+
+    choice = config.learned_masks
+    if choice == "none" or config.mtp_adapter:
+        return None
+    if choice == "auto":
+        shipped = default_masks_path()
+        if shipped is None or config.quantization is not None or config.target_soc:
+            return None
+        learned = load_masks_file(shipped)
+        if learned.source_sha256 != loaded.source_sha256:
+            return None  # other weights than the ones the shipped masks were trained on: nothing to attach
+        return learned, f"shipped:{shipped.name}"
+    return checked_masks(load_masks_file(choice), loaded.source_sha256, loaded.config.hidden_size, choice), \
+        str(Path(choice).name)
+
+
+def _write_contents(loaded: LoadedModel, folder: Path, config: ExportConfig, say, masks=None) -> Manifest:
     cfg = loaded.config
     loaded.tokenizer.backend_tokenizer.save(str(folder / "tokenizer.json"))
     embeddings = loaded.decoder.model.embed_tokens.weight.detach().numpy().astype(np.float32)
@@ -133,6 +163,11 @@ def _write_contents(loaded: LoadedModel, folder: Path, config: ExportConfig, say
         mtp = MtpExport.load(config.mtp_adapter, loaded)
         graph_module = mtp.graph_module(loaded.decoder)
         mtp_extras = {"mtp": mtp.write_files(folder)}
+    elif masks is not None:
+        from .learned_masks import write_masks_into_bundle
+
+        mtp_extras = {"mtp": write_masks_into_bundle(folder, *masks)}
+        say(f"learned masks attached (k={masks[0].masks.shape[0]}, from {masks[1]})")
     adapter = bool(mtp_extras.get("mtp", {}).get("adapter_graphs"))
 
     specs = [("prefill", config.prefill_width)] + [("decode", w) for w in config.decode_widths]

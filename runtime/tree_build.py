@@ -125,6 +125,12 @@ def concat_pools(*pools: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple[np.
 
 def select_tree(tokens: np.ndarray, parents: np.ndarray, scores: np.ndarray, budget: int
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`select_tree_scored` without the scores: (tokens, parents, pool index of each chosen node)."""
+    return select_tree_scored(tokens, parents, scores, budget)[:3]
+
+
+def select_tree_scored(tokens: np.ndarray, parents: np.ndarray, scores: np.ndarray, budget: int
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The best tree of at most `budget` nodes (root included) from a candidate pool.
 
     Pool nodes that repeat a sibling's token (same parent after merging, same token) are merged, keeping the
@@ -132,7 +138,7 @@ def select_tree(tokens: np.ndarray, parents: np.ndarray, scores: np.ndarray, bud
     always yields a connected tree. Ties go to the shallower node, then to the earlier pool entry. The
     result is in BFS order (depth, then score rank).
 
-    Returns (tokens, parents, pool index of each chosen node).
+    Returns (tokens, parents, pool index of each chosen node, its score after merging and capping).
     """
     n = tokens.shape[0]
     if budget < 1:
@@ -159,28 +165,83 @@ def select_tree(tokens: np.ndarray, parents: np.ndarray, scores: np.ndarray, bud
     chosen = np.concatenate([[0], order[np.lexsort((np.arange(order.size), depth[order]))]])
     new_index = {int(p): i for i, p in enumerate(chosen)}
     new_parents = np.array([-1] + [new_index[int(merged[parents[p]])] for p in chosen[1:]], dtype=np.int64)
-    return tokens[chosen].astype(np.int64), new_parents, chosen.astype(np.int64)
+    return tokens[chosen].astype(np.int64), new_parents, chosen.astype(np.int64), score[chosen]
 
 
-def attach_mask_slots(tokens: np.ndarray, parents: np.ndarray, k: int) -> DraftTree:
-    """The tree plus a chain of k SLOT nodes under every token node (ESP's block layout).
-
-    Slot j (0-based) of owner b sits at index n + b * k + j; see `mask_slot_index`.
+def attach_mask_slots(tokens: np.ndarray, parents: np.ndarray, k: int, owners: np.ndarray | None = None
+                      ) -> DraftTree:
+    """The tree plus a chain of k SLOT nodes under every token node in `owners` (default: all of them; ESP's
+    block layout). Slot j (0-based) of the r-th owner sits at index n + r * k + j; see `mask_slot_index`.
     """
     n = tokens.shape[0]
-    if k == 0:
+    owners = np.arange(n) if owners is None else np.asarray(owners, dtype=np.int64)
+    if k == 0 or owners.size == 0:
         return DraftTree(tokens, parents)
-    owners = np.repeat(np.arange(n), k)
-    j = np.tile(np.arange(k), n)
-    slot_index = n + np.arange(n * k)
-    slot_parents = np.where(j == 0, owners, slot_index - 1)
-    return DraftTree(np.concatenate([tokens, np.full(n * k, SLOT)]), np.concatenate([parents, slot_parents]))
+    owner_of_slot = np.repeat(owners, k)
+    j = np.tile(np.arange(k), owners.size)
+    slot_index = n + np.arange(owners.size * k)
+    slot_parents = np.where(j == 0, owner_of_slot, slot_index - 1)
+    return DraftTree(np.concatenate([tokens, np.full(owners.size * k, SLOT)]),
+                     np.concatenate([parents, slot_parents]))
 
 
-def mask_slot_index(n_tokens: int, owner: int, k: int) -> np.ndarray:
-    """Indices of the k mask slots of token node `owner` in a tree made by `attach_mask_slots`."""
-    start = n_tokens + owner * k
+def mask_slot_index(n_tokens: int, owner: int, k: int, owners: np.ndarray | None = None) -> np.ndarray | None:
+    """Indices of the k mask slots of token node `owner` in a tree made by `attach_mask_slots` (None if
+    `owner` is not one of `owners`)."""
+    if owners is None:
+        rank = owner
+    else:
+        hits = np.flatnonzero(np.asarray(owners) == owner)
+        if hits.size == 0:
+            return None
+        rank = int(hits[0])
+    start = n_tokens + rank * k
     return np.arange(start, start + k)
+
+
+def mask_owners_by_value(parents: np.ndarray, scores: np.ndarray, width: int, k: int, gain: float
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """Split a slot budget between draft tokens and mask slots by expected value (the hybrid's layout).
+
+    `parents`/`scores`: a tree from `select_tree_scored` (BFS order, a child's score never above its
+    parent's; score = estimated probability that the node is accepted, 1 at the root). Keeping the n best
+    nodes is worth the sum of their scores in expected accepted tokens; k mask slots under node i are worth
+    `gain` * P(i is the deepest accepted node) ~ gain * (s_i - sum of its kept children's s), since the next
+    step's mask forecast comes from there (`gain`: tokens a forecast adds to the next step). Every n from 1
+    up is tried and the remaining width goes to the owners of highest P(deepest).
+
+    Returns (kept nodes: indices into the tree, ascending, so still BFS; owners: indices into the kept nodes).
+    """
+    size = parents.shape[0]
+    depth = np.zeros(size, dtype=np.int64)
+    for i in range(1, size):
+        depth[i] = depth[parents[i]] + 1
+    rank = np.lexsort((np.arange(size), depth, -scores))  # parents before children (scores are capped)
+    deepest = np.zeros(size)
+    best_value, best_n, best_owners = -1.0, 1, np.zeros(0, dtype=np.int64)
+    total = 0.0
+    for n, node in enumerate(rank[:width], start=1):  # small trees (<= width nodes): a plain loop reads best
+        total += scores[node]
+        deepest[node] = scores[node]
+        if node:
+            deepest[parents[node]] -= scores[node]
+        room = min(n, (width - n) // k) if k else 0
+        kept = rank[:n]
+        # rounded: equal probabilities reached by different sums must tie (then the lower index wins)
+        owners = kept[np.lexsort((kept, -np.round(deepest[kept], 12)))][:room]
+        value = total + gain * float(np.clip(deepest[owners], 0.0, None).sum())
+        if value > best_value + 1e-12:
+            best_value, best_n, best_owners = value, n, owners
+    kept = np.sort(rank[:best_n])
+    return kept, np.searchsorted(kept, np.sort(best_owners))
+
+
+def subtree(tokens: np.ndarray, parents: np.ndarray, kept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The nodes `kept` (ascending indices, closed under parents) as a tree of their own."""
+    new_index = np.full(parents.shape[0], -1, dtype=np.int64)
+    new_index[kept] = np.arange(kept.size)
+    kept_parents = parents[kept]
+    return tokens[kept], np.where(kept_parents < 0, -1, new_index[np.maximum(kept_parents, 0)])
 
 
 def softmax_rows(logits: np.ndarray) -> np.ndarray:

@@ -25,6 +25,11 @@ DRAFTER_SETTINGS = [
     ("lookup", {"width": 32, "branches": 3, "max_ngram": 2}),
     ("hybrid", {}),
     ("hybrid", {"masks": 2, "width": 32, "branches": 3, "mask_init": "soft"}),
+    ("hybrid", {"mask_gain": 0.5}),
+    ("hybrid", {"mask_gain": 0.0, "width": 8}),
+    ("hybrid", {"mask_gain": 3.0, "masks": 2, "width": 32, "max_ngram": 2}),
+    ("hybrid", {"extend": 2}),
+    ("hybrid", {"extend": 3, "mask_gain": 0.5, "masks": 2, "width": 32, "mask_init": "hard"}),
 ]
 
 
@@ -145,6 +150,11 @@ def test_cli_generate_with_drafter_settings(tiny_bundle, capsys):
     assert out["drafter_settings"] == {"drafter": "esp", "masks": 2, "mask_init": "soft", "mask_update": 0.1,
                                        "tree": "static", "widths": [3, 1], "width": 16}
     assert set(out) >= {"accepted_per_depth", "accepted_per_call", "tokens_per_call"}
+    argv[argv.index("esp"):] = ["hybrid", "--mask-gain", "0.5", "--extend", "1", "--width", "32"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["token_ids"] == plain["token_ids"]
+    assert out["drafter_settings"]["mask_gain"] == 0.5 and out["drafter_settings"]["extend"] == 1
     with pytest.raises(SystemExit, match="takes no option masks"):
         main(["generate", "x", "--bundle", bundle, "--drafter", "lookup", "--masks", "2"])
 

@@ -76,12 +76,18 @@ class MaskProbe:
         self.masks.start(prompt_ids)
         self.forecast = None
 
-    def finish_tree(self, tokens: np.ndarray, parents: np.ndarray) -> tuple[DraftTree, np.ndarray]:
-        return attach_mask_slots(tokens, parents, self.k), self.masks.for_owners(tokens.shape[0])
+    def finish_tree(self, tokens: np.ndarray, parents: np.ndarray, owners: np.ndarray | None = None
+                    ) -> tuple[DraftTree, np.ndarray]:
+        """Mask slots under every node in `owners` (default: all token nodes), and their embeddings."""
+        count = tokens.shape[0] if owners is None else len(owners)
+        return attach_mask_slots(tokens, parents, self.k, owners), self.masks.for_owners(count)
 
-    def observe(self, tree: DraftTree, n_tokens: int, out: GraphOutput, path: list[int]) -> None:
-        """Read the forecast from the deepest accepted node's masks; fold the committed tokens into the masks."""
-        self.forecast = out.logits[mask_slot_index(n_tokens, path[-1], self.k)]
+    def observe(self, tree: DraftTree, n_tokens: int, out: GraphOutput, path: list[int],
+                owners: np.ndarray | None = None) -> None:
+        """Read the forecast from the deepest accepted node's masks (none if it had no mask slots); fold the
+        committed tokens into the masks."""
+        slots = mask_slot_index(n_tokens, path[-1], self.k, owners)
+        self.forecast = None if slots is None else out.logits[slots]
         self.masks.observe_tokens(tree.tokens[np.asarray(path)])
 
 
@@ -89,7 +95,8 @@ def default_mask_init(engine: Engine) -> str:
     """Learned masks when the bundle carries them, else the vocab mean (the best training-free init, measured).
 
     Learned masks were trained for this job: on 12 Spec-Bench questions the hybrid's τ went 1.72 -> 2.01
-    (benchmarks/results/mtp/hybrid-learned-12q.txt), ESP's 1.26 -> 1.56.
+    (benchmarks/results/mtp/hybrid-learned-12q.txt), ESP's 1.26 -> 1.56. A float32 export of the embedded
+    default model carries them (the masks shipped in export/data, see export/learned_masks.py).
     """
     return "learned" if (engine.manifest.extras.get("mtp") or {}).get("masks_file") else "mean"
 

@@ -35,6 +35,12 @@ class NgramSource:
         self.max_ngram, self.min_ngram, self.length, self.branches = max_ngram, min_ngram, length, branches
         self.rates = DepthRates(length)
 
+    def continuations(self, context_ids: Sequence[int] | np.ndarray, length: int) -> list[np.ndarray]:
+        """The best continuation of `context_ids` (up to `length` tokens), as a list of at most one."""
+        if length < 1:
+            return []
+        return ngram_continuations(context_ids, self.max_ngram, self.min_ngram, length, 1)
+
     def pool(self, context_ids: Sequence[int], root: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         found = ngram_continuations(context_ids, self.max_ngram, self.min_ngram, self.length, self.branches)
         scores = [self.rates.chain_scores(c.size, 1.0 / (rank + 1)) for rank, c in enumerate(found)]

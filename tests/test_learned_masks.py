@@ -1,0 +1,107 @@
+"""Learned masks as a file: format checks, attaching them at export, and the drafters using them losslessly."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from mtpedge.export.bundle_writer import ExportConfig, export_bundle
+from mtpedge.export.learned_masks import (
+    DEFAULT_MASKS,
+    LearnedMasks,
+    MasksFileError,
+    load_masks_file,
+    save_masks_file,
+)
+from mtpedge.main import main
+from mtpedge.models.loading import load_model
+from mtpedge.runtime.drafters import make_drafter
+from mtpedge.runtime.engine import Engine
+from mtpedge.runtime.generate import generate
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_dir):
+    return load_model(tiny_model_dir("llama"))
+
+
+def masks_for(loaded, k=1, seed=0, sha=None) -> LearnedMasks:
+    rng = np.random.default_rng(seed)
+    masks = rng.standard_normal((k, loaded.config.hidden_size)).astype(np.float32)
+    return LearnedMasks(masks, sha or loaded.source_sha256, loaded.name, {"steps": 7})
+
+
+def test_masks_file_round_trip_and_malformed_files(tmp_path, tiny):
+    learned = masks_for(tiny, k=2)
+    path = save_masks_file(tmp_path / "m.npz", learned)
+    back = load_masks_file(path)
+    assert np.array_equal(back.masks, learned.masks) and back.source_sha256 == tiny.source_sha256
+    assert back.training == {"steps": 7}
+    with pytest.raises(MasksFileError, match="does not exist"):
+        load_masks_file(tmp_path / "missing.npz")
+    (tmp_path / "junk.npz").write_bytes(b"not a zip")
+    with pytest.raises(MasksFileError, match="not an mtpedge masks file"):
+        load_masks_file(tmp_path / "junk.npz")
+    np.savez(tmp_path / "other.npz", masks=learned.masks, header=np.array(json.dumps({"format": "x"})))
+    with pytest.raises(MasksFileError, match="format 'x'"):
+        load_masks_file(tmp_path / "other.npz")
+    with pytest.raises(MasksFileError, match="NaN"):
+        LearnedMasks(np.full((1, 4), np.nan, dtype=np.float32), "", "", {})
+    with pytest.raises(MasksFileError, match="k in 1..3"):
+        LearnedMasks(np.zeros((4, 4), dtype=np.float32), "", "", {})
+
+
+def test_shipped_masks_are_for_the_default_model():
+    shipped = load_masks_file(DEFAULT_MASKS)
+    assert shipped.masks.shape == (1, 576) and shipped.masks.dtype == np.float32
+    assert shipped.source_sha256 == "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+    assert shipped.training["data"]["samples"] == 192 and shipped.training["steps"] == 350
+
+
+def test_export_attaches_masks_and_hybrid_uses_them_losslessly(tmp_path, tiny):
+    path = save_masks_file(tmp_path / "m.npz", masks_for(tiny, k=2))
+    config = ExportConfig(context=128, prefill_width=16, decode_widths=(1, 16), check_parity=False,
+                          learned_masks=str(path))
+    engine = Engine.load(export_bundle(tiny, tmp_path / "bundle", config))
+    mtp = engine.manifest.extras["mtp"]
+    assert mtp["k"] == 2 and mtp["rank"] == 0 and mtp["masks_origin"] == "m.npz"
+    for options in ({}, {"masks": 2, "mask_gain": 0.5, "extend": 1}):
+        drafter = make_drafter("hybrid", engine, **options)
+        assert drafter.settings["mask_init"] == "learned" and drafter.settings["mask_update"] == 0.0
+        assert np.array_equal(drafter.probe.masks.learned, masks_for(tiny, k=2).masks)
+        rng = np.random.default_rng(1)
+        for _ in range(4):
+            prompt = rng.integers(0, engine.config.vocab_size, size=int(rng.integers(2, 20))).tolist()
+            prompt = prompt + prompt[:5]
+            plain = generate(engine, prompt, 30, stop_token_ids=set())
+            drafted = generate(engine, prompt, 30, stop_token_ids=set(), drafter=drafter)
+            assert drafted.token_ids == plain.token_ids
+
+
+def test_auto_attaches_nothing_to_other_weights_and_none_is_none(tmp_path, tiny):
+    for choice in ("auto", "none"):
+        config = ExportConfig(context=64, prefill_width=16, decode_widths=(1,), check_parity=False,
+                              tree_templates=False, learned_masks=choice)
+        engine = Engine.load(export_bundle(tiny, tmp_path / choice, config))
+        assert "mtp" not in engine.manifest.extras
+        assert make_drafter("hybrid", engine).settings["mask_init"] == "mean"
+
+
+def test_masks_for_other_weights_are_refused_with_a_clear_error(tmp_path, tiny, tiny_model_dir, capsys):
+    wrong = save_masks_file(tmp_path / "wrong.npz", masks_for(tiny, sha="ab" * 32))
+    config = ExportConfig(context=64, prefill_width=16, decode_widths=(1,), check_parity=False,
+                          learned_masks=str(wrong))
+    with pytest.raises(MasksFileError, match="trained on other weights"):
+        export_bundle(tiny, tmp_path / "b", config)
+    assert not (tmp_path / "b").exists()
+    narrow = save_masks_file(tmp_path / "n.npz", LearnedMasks(np.zeros((1, 3), np.float32), tiny.source_sha256, "", {}))
+    with pytest.raises(MasksFileError, match="hidden size"):
+        export_bundle(tiny, tmp_path / "b", ExportConfig(context=64, prefill_width=16, decode_widths=(1,),
+                                                         learned_masks=str(narrow)))
+    rc = main(["export", str(tiny_model_dir("llama")), "--out", str(tmp_path / "c"), "--masks", str(wrong),
+               "--precision", "float32"])
+    assert rc != 0 and "trained on other weights" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="--masks and --mtp-adapter"):
+        ExportConfig(learned_masks=str(wrong), mtp_adapter="a.pt")
