@@ -6,7 +6,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from mtpedge.runtime.bundle import MANIFEST
+from mtpedge.runtime.bundle import MANIFEST, read_manifest
 
 
 def cache_root() -> Path:
@@ -29,15 +29,29 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
     if bundle:
         return Path(bundle)
     folder = default_bundle_dir(model, context)
-    if (folder / MANIFEST).is_file():
+    cached = (folder / MANIFEST).is_file()
+    if cached and not (model is None and _lacks_shipped_masks(folder)):
         return folder
     try:
         from mtpedge.export.bundle_writer import ExportConfig, export_bundle
     except ImportError as err:
+        if cached:  # a runtime-only install keeps the older bundle rather than failing
+            return folder
         raise SystemExit(
             f"no bundle at {folder}, and exporting one needs the export extras ({err.name} is missing): "
             "`pip install 'mtpedge[export]'`, or pass --bundle DIR"
         ) from err
+    if cached:  # the atomic export replaces it only once the new one is complete
+        say(f"the cached bundle {folder} predates the learned masks shipped for the default model: re-exporting it")
     say(f"exporting {'the default model' if model is None else model} to {folder} (once; later runs reuse it)")
     export_bundle(model, folder, ExportConfig(context=context), progress=say)
     return folder
+
+
+def _lacks_shipped_masks(folder: Path) -> bool:
+    """A default-model bundle exported before the project shipped learned masks for that model."""
+    from mtpedge.export.learned_masks import default_masks_path
+
+    if default_masks_path() is None:
+        return False
+    return not (read_manifest(folder).extras.get("mtp") or {}).get("masks_file")

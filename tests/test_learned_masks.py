@@ -105,3 +105,32 @@ def test_masks_for_other_weights_are_refused_with_a_clear_error(tmp_path, tiny, 
     assert rc != 0 and "trained on other weights" in capsys.readouterr().err
     with pytest.raises(ValueError, match="--masks and --mtp-adapter"):
         ExportConfig(learned_masks=str(wrong), mtp_adapter="a.pt")
+
+
+def _fake_default_bundle(folder, masks_file: str | None) -> None:
+    folder.mkdir(parents=True)
+    extras = {"mtp": {"masks_file": masks_file}} if masks_file else {}
+    (folder / "manifest.json").write_text(json.dumps({"extras": extras}))
+
+
+def test_a_cached_default_bundle_without_the_shipped_masks_is_re_exported(tmp_path, monkeypatch):
+    import mtpedge.bundles as bundles
+    import mtpedge.export.bundle_writer as writer
+
+    monkeypatch.setenv("MTPEDGE_CACHE", str(tmp_path))
+    exported = []
+    monkeypatch.setattr(writer, "export_bundle", lambda model, folder, config, progress: exported.append(folder))
+    monkeypatch.setattr(bundles, "read_manifest",
+                        lambda folder: type("M", (), {"extras": json.loads((folder / "manifest.json").read_text())[
+                            "extras"]})())
+    folder = bundles.default_bundle_dir(None, 1024)
+    _fake_default_bundle(folder, None)  # exported before the masks shipped
+    said = []
+    assert bundles.ensure_bundle(None, None, 1024, say=said.append) == folder
+    assert exported == [folder] and "predates the learned masks" in said[0]
+    (folder / "manifest.json").write_text(json.dumps({"extras": {"mtp": {"masks_file": "mtp_masks.npy"}}}))
+    assert bundles.ensure_bundle(None, None, 1024, say=said.append) == folder and exported == [folder]  # reused
+    other = bundles.default_bundle_dir(str(tmp_path / "other.gguf"), 1024)
+    _fake_default_bundle(other, None)  # another model's bundle never had shipped masks to miss
+    assert bundles.ensure_bundle(None, str(tmp_path / "other.gguf"), 1024, say=said.append) == other
+    assert exported == [folder]
