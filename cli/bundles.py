@@ -49,9 +49,17 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
 
 
 def _lacks_shipped_masks(folder: Path) -> bool:
-    """A default-model bundle exported before the project shipped learned masks for that model."""
-    from mtpedge.export.learned_masks import default_masks_path
+    """A default-model bundle exported before the project shipped learned masks for those very weights.
 
-    if default_masks_path() is None:
+    The weights are compared (SHA-256) so that a default model the shipped masks were not trained for, which
+    the export would not give them to anyway, is not re-exported on every run.
+    """
+    from mtpedge.export.learned_masks import default_masks_path, load_masks_file
+
+    shipped = default_masks_path()
+    if shipped is None:
         return False
-    return not (read_manifest(folder).extras.get("mtp") or {}).get("masks_file")
+    manifest = read_manifest(folder)
+    if (manifest.extras.get("mtp") or {}).get("masks_file"):
+        return False
+    return load_masks_file(shipped).source_sha256 == manifest.source_sha256

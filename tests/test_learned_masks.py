@@ -107,30 +107,34 @@ def test_masks_for_other_weights_are_refused_with_a_clear_error(tmp_path, tiny, 
         ExportConfig(learned_masks=str(wrong), mtp_adapter="a.pt")
 
 
-def _fake_default_bundle(folder, masks_file: str | None) -> None:
-    folder.mkdir(parents=True)
+def _fake_default_bundle(folder, masks_file: str | None, source_sha256: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
     extras = {"mtp": {"masks_file": masks_file}} if masks_file else {}
-    (folder / "manifest.json").write_text(json.dumps({"extras": extras}))
+    (folder / "manifest.json").write_text(json.dumps({"extras": extras, "source_sha256": source_sha256}))
 
 
 def test_a_cached_default_bundle_without_the_shipped_masks_is_re_exported(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
     import mtpedge.bundles as bundles
     import mtpedge.export.bundle_writer as writer
 
     monkeypatch.setenv("MTPEDGE_CACHE", str(tmp_path))
     exported = []
     monkeypatch.setattr(writer, "export_bundle", lambda model, folder, config, progress: exported.append(folder))
-    monkeypatch.setattr(bundles, "read_manifest",
-                        lambda folder: type("M", (), {"extras": json.loads((folder / "manifest.json").read_text())[
-                            "extras"]})())
+    monkeypatch.setattr(bundles, "read_manifest",  # only the fields the check reads
+                        lambda folder: SimpleNamespace(**json.loads((folder / "manifest.json").read_text())))
+    shipped_sha = load_masks_file(DEFAULT_MASKS).source_sha256
     folder = bundles.default_bundle_dir(None, 1024)
-    _fake_default_bundle(folder, None)  # exported before the masks shipped
+    _fake_default_bundle(folder, None, shipped_sha)  # exported before the masks shipped
     said = []
     assert bundles.ensure_bundle(None, None, 1024, say=said.append) == folder
     assert exported == [folder] and "predates the learned masks" in said[0]
-    (folder / "manifest.json").write_text(json.dumps({"extras": {"mtp": {"masks_file": "mtp_masks.npy"}}}))
+    _fake_default_bundle(folder, "mtp_masks.npy", shipped_sha)  # what that re-export writes
     assert bundles.ensure_bundle(None, None, 1024, say=said.append) == folder and exported == [folder]  # reused
+    _fake_default_bundle(folder, None, "f" * 64)  # default weights the shipped masks were not trained for
+    assert bundles.ensure_bundle(None, None, 1024, say=said.append) == folder and exported == [folder]
     other = bundles.default_bundle_dir(str(tmp_path / "other.gguf"), 1024)
-    _fake_default_bundle(other, None)  # another model's bundle never had shipped masks to miss
+    _fake_default_bundle(other, None, shipped_sha)  # another model's bundle never had shipped masks to miss
     assert bundles.ensure_bundle(None, str(tmp_path / "other.gguf"), 1024, say=said.append) == other
     assert exported == [folder]
