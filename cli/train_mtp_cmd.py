@@ -25,6 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=300, help="total optimisation steps (one sample each)")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--cosine-steps", type=int, default=0,
+                        help="decay the learning rate along a cosine to 10%% at this step (default 0: constant)")
     parser.add_argument("--max-seq-len", type=int, default=256, help="tokens per sample (prompt cut from the left)")
     parser.add_argument("--max-blocks", type=int, default=48, help="mask blocks (owner tokens) per step")
     parser.add_argument("--lcm-weight", type=float, default=1.0, help="weight of the latent consistency loss")
@@ -33,6 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true", help="continue the checkpoint at --out")
     parser.add_argument("--curve", default=None, help="write the loss curve (JSON) here too")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--release-copy", default=None,
+                        help="also write an export-only copy here (float16, no optimizer state: ~4x smaller)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from mtpedge.models.distill_data import load_distill_data
     from mtpedge.models.loading import load_model
     from mtpedge.models.mtp_adapter import MtpAdapter, MtpConfig
-    from mtpedge.models.mtp_training import TrainConfig, load_checkpoint, train, write_curve
+    from mtpedge.models.mtp_training import TrainConfig, load_checkpoint, train, write_curve, write_release_copy
 
     torch.set_num_threads(args.threads)
     out = Path(args.out)
@@ -53,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     mtp_config = MtpConfig(k=args.k, rank=args.rank, alpha=args.alpha, sampler=not args.no_sampler)
     train_config = TrainConfig(steps=args.steps, lr=args.lr, warmup=args.warmup, max_seq_len=args.max_seq_len,
                                max_blocks=args.max_blocks, lcm_weight=args.lcm_weight, seed=args.seed,
-                               checkpoint_every=args.checkpoint_every)
+                               checkpoint_every=args.checkpoint_every, cosine_steps=args.cosine_steps)
     adapter = MtpAdapter(loaded.decoder, mtp_config)
     trainable = sum(p.numel() for p in adapter.parameters() if p.requires_grad)
     response_tokens = sum(int(s.response_ids.size) for s in samples)
@@ -74,5 +78,8 @@ def run(args: argparse.Namespace) -> int:
     if args.curve:
         write_curve(trainer.history, Path(args.curve))
     print(f"adapter written to {out} ({trainer.step} steps)")
+    if args.release_copy:
+        size = write_release_copy(out, args.release_copy)
+        print(f"export-only copy written to {args.release_copy} ({size / 2**20:.1f} MiB)")
     print(json.dumps({"steps": trainer.step, "seconds_this_run": round(time.perf_counter() - started, 1)}))
     return 0

@@ -46,6 +46,7 @@ class TrainConfig:
     seed: int = 0
     checkpoint_every: int = 25
     base_cache_mb: int = 2000  # memory for cached base passes (K/V + latents) across epochs
+    cosine_steps: int = 0  # > 0: cosine decay of the learning rate to 10% at this step (then flat); 0: constant
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.max_blocks < 1 or self.max_seq_len < 4:
@@ -111,7 +112,13 @@ class MtpTrainer:
         return result
 
     def lr_at(self, step: int) -> float:
-        return self.config.lr * min(1.0, (step + 1) / max(1, self.config.warmup))
+        cfg = self.config
+        warm = min(1.0, (step + 1) / max(1, cfg.warmup))
+        if cfg.cosine_steps <= 0:
+            return cfg.lr * warm
+        # a fixed horizon (not --steps) so that a resumed run longer than planned keeps the same schedule
+        progress = min(1.0, step / cfg.cosine_steps)
+        return cfg.lr * warm * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
 
     def train_step(self, index: int, prompt_ids: np.ndarray, response_ids: np.ndarray) -> dict:
         """One optimisation step on one sample; returns its metrics."""
@@ -194,6 +201,22 @@ def load_checkpoint(path: str | Path) -> dict:
         raise ValueError(f"{path}: adapter version {payload.get('version')}, this mtpedge reads {ADAPTER_VERSION}; "
                          "retrain with `mtpedge train-mtp`")
     return payload
+
+
+def write_release_copy(checkpoint: str | Path, out: str | Path) -> int:
+    """An export-only copy of a checkpoint: no optimizer state or per-step history, weights in float16 (what the
+    project ships; drafts only propose, so rounding the adapter can change speed, never the output). Loading
+    casts it back to float32. Returns the file's size in bytes."""
+    payload = load_checkpoint(checkpoint)
+    history = payload.get("history", [])
+    release = {**payload, "optimizer": None, "history": history[-1:],
+               "state": {name: value.to(torch.float16) for name, value in payload["state"].items()}}
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
+    torch.save(release, tmp)
+    os.replace(tmp, out)
+    return out.stat().st_size
 
 
 def adapter_from_checkpoint(decoder, payload: dict) -> MtpAdapter:

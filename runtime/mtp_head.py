@@ -78,6 +78,29 @@ class SamplerHead:
             return int(np.sort(shortlist)[int(np.argmax(scores))])
         return int(np.argmax(np.asarray(self.unembed, dtype=np.float32) @ h))
 
+    def top_next_tokens(self, prev_tokens: np.ndarray, mask_hidden: np.ndarray, plain_logits: np.ndarray, count: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """The `count` best next tokens after each of `prev_tokens` (m,) for one mask, with the sampler's
+        probabilities over the shortlist (top `self.candidates` of `plain_logits`, or all of the vocabulary).
+
+        Returns (tokens (m, count), probabilities (m, count)), best first, ties by lower token id.
+        """
+        vocab = plain_logits.shape[0]
+        shortlist = (np.sort(np.argpartition(-plain_logits, self.candidates)[: self.candidates])
+                     if self.candidates and self.candidates < vocab else np.arange(vocab))
+        x = np.concatenate([np.asarray(self.table[prev_tokens], dtype=np.float32),
+                            np.broadcast_to(mask_hidden, (prev_tokens.shape[0], mask_hidden.shape[0]))], axis=1)
+        u = x @ self.w1.T + self.b1
+        u = _rms_norm(u / (1.0 + np.exp(-u)), self.norm, self.eps)
+        h = mask_hidden + u @ self.w2.T + self.b2
+        scores = h @ np.asarray(self.unembed[shortlist], dtype=np.float32).T  # (m, shortlist)
+        scores = scores.astype(np.float64) - scores.max(axis=1, keepdims=True)
+        probs = np.exp(scores)
+        probs /= probs.sum(axis=1, keepdims=True)
+        count = min(count, shortlist.shape[0])
+        order = np.lexsort((np.broadcast_to(shortlist, probs.shape), -probs), axis=1)[:, :count]
+        return shortlist[order], np.take_along_axis(probs, order, axis=1)
+
     def draft(self, root: int, mask_hidden: np.ndarray, mask_logits: np.ndarray | None) -> list[int]:
         """k drafts after `root`, each conditioned on the one before (teacher forcing at training time)."""
         drafts, prev = [], root

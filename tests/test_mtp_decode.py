@@ -120,14 +120,16 @@ def test_host_sampler_head_matches_pytorch(mtp_bundle):
 
 
 @pytest.mark.parametrize("rank,sampler", [(4, True), (4, False), (0, False)])
-@pytest.mark.parametrize("layout", ["linear", "quadratic"])
-def test_mtp_greedy_output_equals_plain_decoding(mtp_bundle, tiny_bundle, rank, sampler, layout):
+@pytest.mark.parametrize("layout,options", [("linear", {}), ("quadratic", {}), ("tree", {}),
+                                            ("tree", {"width": 32, "branch": 2, "mask_gain": 0.0}),
+                                            ("tree", {"width": 8, "branch": 8, "mask_gain": 5.0})])
+def test_mtp_greedy_output_equals_plain_decoding(mtp_bundle, tiny_bundle, rank, sampler, layout, options):
     folder, _ = mtp_bundle(rank, sampler)
     engine, base = Engine.load(folder, threads=1), Engine.load(tiny_bundle("llama"), threads=1)
     calls = 0
     for prompt in PROMPTS:
         plain = generate(base, prompt, max_new_tokens=40, stop_token_ids=set())
-        drafter = make_drafter("mtp", engine, mtp_layout=layout)
+        drafter = make_drafter("mtp", engine, mtp_layout=layout, **options)
         result = generate(engine, prompt, max_new_tokens=40, stop_token_ids=set(), drafter=drafter)
         assert result.token_ids == plain.token_ids
         calls += result.stats.decode_calls
@@ -175,6 +177,39 @@ def test_mtp_drafter_checks_its_settings(mtp_bundle):
         make_drafter("mtp", engine, masks=4)
     with pytest.raises(ValueError, match="linear or quadratic"):
         make_drafter("mtp", engine, mtp_layout="cubic")
+    with pytest.raises(ValueError, match="branch >= 1"):
+        make_drafter("mtp", engine, mtp_layout="tree", branch=0)
+
+
+def test_expansion_pool_keeps_the_best_children_of_each_depth():
+    from mtpedge.runtime.drafters.mtp import expansion_pool
+
+    def expand(depth, parents):  # child tokens encode (depth, parent token, rank); probabilities 0.5, 0.3, 0.2
+        tokens = np.array([[100 * (depth + 1) + 10 * (p % 10) + r for r in range(3)] for p in parents])
+        return tokens, np.tile([0.5, 0.3, 0.2], (parents.size, 1))
+
+    tokens, parents, scores = expansion_pool(7, expand, depths=2, keep=4)
+    assert tokens[0] == 7 and parents[0] == -1 and scores[0] == 1
+    # depth 1: only three children exist; depth 2: the 4 best of 9 grandchildren, ties to the earlier parent
+    np.testing.assert_array_equal(tokens[1:4], [170, 171, 172])
+    np.testing.assert_array_equal(parents[1:], [0, 0, 0, 1, 1, 2, 1])
+    np.testing.assert_allclose(scores[1:], [0.5, 0.3, 0.2, 0.25, 0.15, 0.15, 0.1])
+    np.testing.assert_array_equal(tokens[4:], [200, 201, 210, 202])
+
+
+def test_sampler_candidates_agree_with_the_single_best_token(mtp_bundle):
+    engine = Engine.load(mtp_bundle()[0], threads=1)
+    head = SamplerHead(engine, candidates=16)
+    rng = np.random.default_rng(1)
+    hidden = rng.standard_normal(engine.config.hidden_size).astype(np.float32)
+    plain = rng.standard_normal(engine.config.vocab_size).astype(np.float32)
+    prev = np.array([3, 17, 17])
+    tokens, probs = head.top_next_tokens(prev, hidden, plain, count=5)
+    assert tokens.shape == probs.shape == (3, 5)
+    assert np.all(np.diff(probs, axis=1) <= 0) and np.all(probs.sum(axis=1) <= 1 + 1e-9)
+    np.testing.assert_array_equal(tokens[1], tokens[2])
+    for row, token in enumerate(prev):
+        assert tokens[row, 0] == head.best_token(head.hidden(int(token), hidden), plain)
 
 
 def test_adapter_bundles_refuse_quantization(mtp_bundle, tmp_path):

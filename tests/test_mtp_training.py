@@ -9,7 +9,7 @@ import torch
 from mtpedge.models.distill_data import DistillSample
 from mtpedge.models.mtp_adapter import MtpAdapter, MtpConfig
 from mtpedge.models.mtp_layout import IGNORE, block_owners, causal_bias, mask_block_layout
-from mtpedge.models.mtp_training import TrainConfig, load_checkpoint, train
+from mtpedge.models.mtp_training import MtpTrainer, TrainConfig, load_checkpoint, train
 from mtpedge.runtime.rope import inverse_frequencies, rope_tables
 
 
@@ -130,3 +130,35 @@ def test_training_lowers_the_loss_and_resume_continues_exactly(tiny_model_dir, t
 def test_masks_only_adapter_has_only_mask_parameters(tiny_decoder):
     adapter = MtpAdapter(tiny_decoder, MtpConfig(k=3, rank=0, sampler=False))
     assert list(adapter.trainable_state()) == ["masks"]
+
+
+def test_cosine_schedule_warms_up_then_decays_to_a_tenth_and_stays(tiny_decoder):
+    adapter = MtpAdapter(tiny_decoder, MtpConfig(k=2, rank=2))
+    trainer = MtpTrainer(adapter, TrainConfig(lr=1e-3, warmup=10, cosine_steps=100))
+    assert trainer.lr_at(0) == pytest.approx(1e-4 * (0.1 + 0.9 * 0.5 * (1 + np.cos(0.0))))
+    assert trainer.lr_at(50) == pytest.approx(1e-3 * 0.55)
+    assert trainer.lr_at(100) == pytest.approx(1e-4) and trainer.lr_at(500) == pytest.approx(1e-4)
+    lrs = [trainer.lr_at(s) for s in range(10, 101)]
+    assert all(a >= b for a, b in zip(lrs, lrs[1:], strict=False))
+    constant = MtpTrainer(adapter, TrainConfig(lr=1e-3, warmup=10))
+    assert constant.lr_at(9) == constant.lr_at(5000) == pytest.approx(1e-3)
+
+
+def test_release_copy_is_float16_without_optimizer_and_loads_as_the_adapter(tiny_model_dir, tmp_path):
+    from mtpedge.models.loading import load_model
+    from mtpedge.models.mtp_training import adapter_from_checkpoint, write_release_copy
+
+    decoder = load_model(tiny_model_dir("llama")).decoder
+    samples = _samples(decoder.cfg.vocab_size, 2)
+    torch.manual_seed(0)
+    train(MtpAdapter(decoder, MtpConfig(k=2, rank=4)), samples, TrainConfig(steps=3, warmup=1, max_blocks=4),
+          tmp_path / "a.pt", {"name": "tiny"}, {})
+    size = write_release_copy(tmp_path / "a.pt", tmp_path / "release.pt")
+    assert size == (tmp_path / "release.pt").stat().st_size < (tmp_path / "a.pt").stat().st_size / 3
+    full, release = load_checkpoint(tmp_path / "a.pt"), load_checkpoint(tmp_path / "release.pt")
+    assert release["optimizer"] is None and release["step"] == 3 and len(release["history"]) == 1
+    loaded = adapter_from_checkpoint(load_model(tiny_model_dir("llama")).decoder, release).trainable_state()
+    for name, value in full["state"].items():
+        assert release["state"][name].dtype == torch.float16 and loaded[name].dtype == torch.float32
+        torch.testing.assert_close(loaded[name], value.to(torch.float16).float())
+    assert not list(tmp_path.glob(".*partial*"))

@@ -18,7 +18,7 @@ Where the k mask slots go (`mask_gain`):
 `extend` > 0 hangs a lookup chain under each of the `extend` best depth-1 mask candidates.
 
 Defaults, from measurement (SmolLM2-135M float32, learned masks, 13 Spec-Bench questions x 128 tokens that
-are not in esp_bench's 52, benchmarks/hybrid_sweep.py; τ = tokens per decode call):
+are not in esp_bench's 52, benchmarks/drafter_sweep.py; τ = tokens per decode call):
     width 16: τ 1.99 (mask_gain None), 2.01 (0.5), 2.00 (1.0); extend 1: 1.99; branches 3: 1.99; min_ngram 2: 1.94
     width 32: 2.19 (None), 2.18 (0.5);  width 64: 2.37 (None), 2.33 (0.5)
 So mask_gain and extend stay off (within noise; they help only in copy-heavy text) and the width is the

@@ -8,6 +8,14 @@ logits and K/V are exactly the base model's and verification stays lossless):
                                                             node: the next step drafts nothing
     quadratic  [x0, d1..dm | k masks after EVERY node]      (m+1)(k+1) slots; whatever prefix is accepted,
                                                             the masks under its last node give k fresh drafts
+    tree       [x0, a TREE of drafts | k masks after the    `width` slots: the sampler head expands the `branch`
+               nodes most likely to end the accepted path]  best tokens of every kept node, depth by depth
+                                                            (scores = products of its probabilities), and the
+                                                            width is split between draft nodes and mask owners
+                                                            by expected value (tree_build.mask_owners_by_value,
+                                                            `mask_gain` = tokens a forecast adds). If the path
+                                                            ends on a node without masks, the next step drafts
+                                                            nothing (its tree is the root and its masks).
 
 The drafts of the next step come from the masks under the deepest accepted node: through the sampler head
 (each conditioned on the previous draft, the first on the new root), or the masks' plain logits (argmax)
@@ -16,7 +24,7 @@ when the adapter has no sampler head or `sampler=False`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -24,9 +32,17 @@ from ..engine import Engine
 from ..graphs import GraphOutput
 from ..mtp_head import SamplerHead, learned_masks, mtp_extras
 from ..tree import SLOT, DraftTree
-from ..tree_build import attach_mask_slots, mask_slot_index
+from ..tree_build import (
+    attach_mask_slots,
+    mask_owners_by_value,
+    mask_slot_index,
+    select_tree_scored,
+    softmax_rows,
+    subtree,
+    top_tokens,
+)
 
-LAYOUTS = ("linear", "quadratic")
+LAYOUTS = ("linear", "quadratic", "tree")
 
 
 def linear_tree(tokens: np.ndarray, k: int) -> DraftTree:
@@ -36,11 +52,36 @@ def linear_tree(tokens: np.ndarray, k: int) -> DraftTree:
     return DraftTree(np.concatenate([tokens, np.full(k, SLOT)]), parents)
 
 
+def expansion_pool(root: int, expand: Callable[[int, np.ndarray], tuple[np.ndarray, np.ndarray]], depths: int,
+                   keep: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A candidate pool grown depth by depth from the root: `expand(depth, parent_tokens (m,))` gives each
+    parent's best next tokens and their probabilities, (m, b) each; a child scores its parent's score times
+    its probability, and the `keep` best children of a depth (ties: earlier parent, then better rank) become
+    the next depth's parents.
+
+    Returns pool arrays (tokens, parents, scores) with the root at index 0 (score 1), for select_tree_scored.
+    """
+    tokens, parents, scores = [np.array([root], np.int64)], [np.array([-1], np.int64)], [np.ones(1)]
+    frontier, size = np.zeros(1, dtype=np.int64), 1
+    for depth in range(depths):
+        child_tokens, probs = expand(depth, np.concatenate(tokens)[frontier])
+        child_scores = np.concatenate(scores)[frontier][:, None] * probs
+        order = np.argsort(-child_scores, axis=None, kind="stable")[:keep]
+        rows, cols = np.unravel_index(order, child_scores.shape)
+        tokens.append(child_tokens[rows, cols].astype(np.int64))
+        parents.append(frontier[rows])
+        scores.append(child_scores[rows, cols])
+        frontier = size + np.arange(order.size)
+        size += order.size
+    return np.concatenate(tokens), np.concatenate(parents), np.concatenate(scores)
+
+
 class MtpDrafter:
     name = "mtp"
 
     def __init__(self, engine: Engine, mtp_layout: str = "quadratic", masks: int | None = None,
-                 sampler: bool = True, candidates: int = 64) -> None:
+                 sampler: bool = True, candidates: int = 64, width: int = 16, branch: int = 4,
+                 mask_gain: float = 1.0) -> None:
         extras = mtp_extras(engine)
         if mtp_layout not in LAYOUTS:
             raise ValueError(f"unknown MTP layout {mtp_layout!r}: choose linear or quadratic")
@@ -52,14 +93,20 @@ class MtpDrafter:
         self.masks = learned_masks(engine)[: self.k]
         self.lora_on_slots = bool(extras.get("rank"))  # read by generate(): gate 1 at the mask slots
         self.head = SamplerHead(engine, candidates) if sampler and extras.get("sampler") else None
-        need = (self.k + 1) ** 2 if mtp_layout == "quadratic" else 2 * self.k + 1
+        if mtp_layout == "tree" and (branch < 1 or mask_gain < 0):
+            raise ValueError(f"the tree layout needs branch >= 1 and mask_gain >= 0, got {branch} and {mask_gain}")
+        self.width, self.branch, self.mask_gain = min(width, engine.graphs.max_width), branch, mask_gain
+        need = {"quadratic": (self.k + 1) ** 2, "linear": 2 * self.k + 1, "tree": self.k + 2}[mtp_layout]
         if need > engine.graphs.max_width:
             raise ValueError(f"the {mtp_layout} layout with k = {self.k} needs {need} slots, the widest graph has "
                              f"{engine.graphs.max_width}: re-export with a wider --decode-widths or use fewer --masks")
         self.settings = {"drafter": self.name, "mtp_layout": mtp_layout, "masks": self.k,
                          "sampler": self.head is not None, "candidates": candidates, "lora_rank": extras.get("rank")}
+        if mtp_layout == "tree":
+            self.settings.update(width=self.width, branch=branch, mask_gain=mask_gain)
         self._pending: tuple[np.ndarray | None, np.ndarray] | None = None  # (hidden, logits) of the next masks
         self._n_tokens = 1
+        self._owners: np.ndarray | None = None  # tree layout: the token nodes that carry masks
 
     def start(self, engine: Engine, prompt_ids: Sequence[int], prefill_logits: np.ndarray) -> None:
         self._pending = None
@@ -72,7 +119,30 @@ class MtpDrafter:
             return self.head.draft(root, hidden, logits)
         return [int(np.argmax(row)) for row in logits]
 
+    def expand(self, depth: int, prev_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The `branch` best tokens of mask `depth` after each of `prev_tokens`: the sampler head's, or the
+        mask's plain forecast (the same for every parent) without one."""
+        hidden, logits = self._pending
+        if self.head is not None and hidden is not None:
+            return self.head.top_next_tokens(prev_tokens, hidden[depth], logits[depth], self.branch)
+        probs = softmax_rows(logits[depth: depth + 1])[0]
+        best = top_tokens(probs, self.branch)
+        return np.tile(best, (prev_tokens.shape[0], 1)), np.tile(probs[best], (prev_tokens.shape[0], 1))
+
+    def propose_tree(self, root: int) -> tuple[DraftTree, np.ndarray]:
+        if self._pending is None:
+            tokens, parents, owners = np.array([root], dtype=np.int64), np.array([-1]), np.zeros(1, dtype=np.int64)
+        else:
+            pool = expansion_pool(root, self.expand, self.k, self.width - self.k - 1)
+            tokens, parents, _, scores = select_tree_scored(*pool, self.width - self.k)
+            kept, owners = mask_owners_by_value(parents, scores, self.width, self.k, self.mask_gain)
+            tokens, parents = subtree(tokens, parents, kept)
+        self._n_tokens, self._owners = tokens.shape[0], owners
+        return attach_mask_slots(tokens, parents, self.k, owners), np.tile(self.masks, (owners.size, 1))
+
     def propose(self, context_ids: Sequence[int], root: int) -> tuple[DraftTree, np.ndarray]:
+        if self.layout == "tree":
+            return self.propose_tree(root)
         tokens = np.array([root, *self.drafts(root)], dtype=np.int64)
         self._n_tokens = n = tokens.shape[0]
         if self.layout == "linear":
@@ -85,6 +155,12 @@ class MtpDrafter:
         if self.layout == "linear" and owner != n - 1:
             self._pending = None  # the masks hang under the last draft, which was rejected
             return
-        rows = np.arange(n, n + self.k) if self.layout == "linear" else mask_slot_index(n, owner, self.k)
+        if self.layout == "linear":
+            rows = np.arange(n, n + self.k)
+        else:
+            rows = mask_slot_index(n, owner, self.k, self._owners if self.layout == "tree" else None)
+            if rows is None:  # the accepted path ends on a node without masks
+                self._pending = None
+                return
         hidden = out.hidden[rows] if out.hidden is not None else None
         self._pending = (hidden, out.logits[rows])

@@ -1,9 +1,10 @@
-"""τ of several hybrid-drafter configurations on a few Spec-Bench questions (exploration; 1 thread).
+"""τ of several configurations of one drafter on a few Spec-Bench questions (exploration; 1 thread).
 
-    python benchmarks/hybrid_sweep.py --per-category 1 --offset 0.5 --config '{"width": 16}' --config '...'
+    python benchmarks/drafter_sweep.py --per-category 1 --offset 0.5 --config '{"width": 16}' --config '...'
+    python benchmarks/drafter_sweep.py --drafter mtp --bundle ADAPTER_BUNDLE --config '{"mtp_layout": "tree"}'
 
-Each --config is a JSON dict of `make_drafter("hybrid", ...)` options; "masks_file" (a .npy of learned mask
-embeddings, (k, hidden)) replaces the bundle's learned masks for that run. --offset picks questions between
+Each --config is a JSON dict of `make_drafter(DRAFTER, ...)` options; for the hybrid, "masks_file" (a .npy of
+learned mask embeddings, (k, hidden)) replaces the bundle's learned masks for that run. --offset picks questions between
 the ones esp_bench.py uses (0.5: halfway between them), so that exploring does not tune on the final set.
 Every output is compared with plain decoding (cached per question under --cache). Prints τ overall, per
 category and the histogram of accepted drafts per call.
@@ -49,6 +50,7 @@ def main() -> int:
     parser.add_argument("--per-category", type=int, default=1)
     parser.add_argument("--offset", type=float, default=0.5)
     parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--drafter", default="hybrid", help="the drafter whose options --config sets")
     parser.add_argument("--config", action="append", required=True)
     parser.add_argument("--cache", default="/tmp/hyb-exp/reference.json")
     args = parser.parse_args()
@@ -68,7 +70,7 @@ def main() -> int:
     for text in args.config:
         options = json.loads(text)
         masks_file = options.pop("masks_file", None)
-        drafter = make_drafter("hybrid", engine, **options)
+        drafter = make_drafter(args.drafter, engine, **options)
         if masks_file:
             drafter.probe.masks.learned = np.load(masks_file).astype(np.float32)
         per_cat: dict[str, list[int]] = defaultdict(lambda: [0, 0])
