@@ -37,14 +37,16 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--mask-update", type=float, default=None,
                        help="esp/hybrid: online update rate lambda of the mask embeddings (default 0.1; 0 for learned)")
     group.add_argument("--tree", default=None, help="esp: dynamic, static, or static:W1,W2,... per-depth widths")
-    group.add_argument("--mtp-layout", choices=["linear", "quadratic"], default=None,
-                       help="mtp: masks after the last draft only (linear) or after every draft (quadratic)")
+    group.add_argument("--mtp-layout", choices=["linear", "quadratic", "tree"], default=None,
+                       help="mtp: masks after the last draft only (linear), after every draft of a chain (quadratic, "
+                            "the default), or a tree of drafts with masks where the accepted path likely ends (tree)")
+    group.add_argument("--branch", type=int, default=None, help="mtp tree: best tokens tried after each node (4)")
     group.add_argument("--max-ngram", type=int, default=None, help="lookup/hybrid: longest n-gram matched")
     group.add_argument("--branches", type=int, default=None,
                        help="lookup/hybrid: distinct n-gram continuations in one tree")
     group.add_argument("--mask-gain", type=float, default=None,
-                       help="hybrid: give mask slots only where they pay, valuing a forecast at this many tokens "
-                       "(default: every node gets its masks)")
+                       help="hybrid / mtp tree: give mask slots only where they pay, valuing a forecast at this many "
+                       "tokens (hybrid default: every node gets its masks; mtp tree default 1.0)")
     group.add_argument("--extend", type=int, default=None,
                        help="hybrid: lookup chains after this many of the best mask candidates (default 0)")
     group.add_argument("--tau", type=int, default=None, help="dmtd: cycle length τ (default 4)")
@@ -66,8 +68,8 @@ def drafter_options(args: argparse.Namespace) -> dict:
     """The drafter settings given on the command line (None = the drafter's default; make_drafter drops them)."""
     options = {"width": args.width, "masks": args.masks, "mask_init": args.mask_init, "mask_update": args.mask_update,
                "tree": args.tree, "max_ngram": args.max_ngram, "branches": args.branches,
-               "mtp_layout": args.mtp_layout, "mask_gain": getattr(args, "mask_gain", None),
-               "extend": getattr(args, "extend", None)}
+               "mtp_layout": args.mtp_layout, "branch": getattr(args, "branch", None),
+               "mask_gain": getattr(args, "mask_gain", None), "extend": getattr(args, "extend", None)}
     return {key: value for key, value in options.items() if value is not None}
 
 

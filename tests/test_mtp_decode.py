@@ -122,11 +122,12 @@ def test_host_sampler_head_matches_pytorch(mtp_bundle):
 @pytest.mark.parametrize("rank,sampler", [(4, True), (4, False), (0, False)])
 @pytest.mark.parametrize("layout,options", [("linear", {}), ("quadratic", {}), ("tree", {}),
                                             ("tree", {"width": 32, "branch": 2, "mask_gain": 0.0}),
-                                            ("tree", {"width": 8, "branch": 8, "mask_gain": 5.0})])
+                                            ("tree", {"width": 8, "branch": 8, "mask_gain": 5.0}),
+                                            ("tree", {"lookup": True})])
 def test_mtp_greedy_output_equals_plain_decoding(mtp_bundle, tiny_bundle, rank, sampler, layout, options):
     folder, _ = mtp_bundle(rank, sampler)
     engine, base = Engine.load(folder, threads=1), Engine.load(tiny_bundle("llama"), threads=1)
-    calls = 0
+    calls = lookup_tries = 0
     for prompt in PROMPTS:
         plain = generate(base, prompt, max_new_tokens=40, stop_token_ids=set())
         drafter = make_drafter("mtp", engine, mtp_layout=layout, **options)
@@ -134,7 +135,8 @@ def test_mtp_greedy_output_equals_plain_decoding(mtp_bundle, tiny_bundle, rank, 
         assert result.token_ids == plain.token_ids
         calls += result.stats.decode_calls
         assert drafter.settings["sampler"] == sampler
-    assert calls > 0
+        lookup_tries += drafter.lookup.rates.tries.sum() if options.get("lookup") else 1
+    assert calls > 0 and lookup_tries > 0  # with lookup: its chains were really in the trees
 
 
 def test_esp_with_learned_masks_is_lossless(mtp_bundle, tiny_bundle):
@@ -179,6 +181,8 @@ def test_mtp_drafter_checks_its_settings(mtp_bundle):
         make_drafter("mtp", engine, mtp_layout="cubic")
     with pytest.raises(ValueError, match="branch >= 1"):
         make_drafter("mtp", engine, mtp_layout="tree", branch=0)
+    with pytest.raises(ValueError, match="tree layout"):
+        make_drafter("mtp", engine, lookup=True)
 
 
 def test_expansion_pool_keeps_the_best_children_of_each_depth():

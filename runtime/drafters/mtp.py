@@ -16,6 +16,8 @@ logits and K/V are exactly the base model's and verification stays lossless):
                                                             `mask_gain` = tokens a forecast adds). If the path
                                                             ends on a node without masks, the next step drafts
                                                             nothing (its tree is the root and its masks).
+                                                            `lookup=True` adds prompt-lookup chains to the same
+                                                            candidate pool, scored as in the hybrid drafter.
 
 The drafts of the next step come from the masks under the deepest accepted node: through the sampler head
 (each conditioned on the previous draft, the first on the new root), or the masks' plain logits (argmax)
@@ -34,6 +36,7 @@ from ..mtp_head import SamplerHead, learned_masks, mtp_extras
 from ..tree import SLOT, DraftTree
 from ..tree_build import (
     attach_mask_slots,
+    concat_pools,
     mask_owners_by_value,
     mask_slot_index,
     select_tree_scored,
@@ -41,6 +44,7 @@ from ..tree_build import (
     subtree,
     top_tokens,
 )
+from .lookup import NgramSource
 
 LAYOUTS = ("linear", "quadratic", "tree")
 
@@ -81,7 +85,7 @@ class MtpDrafter:
 
     def __init__(self, engine: Engine, mtp_layout: str = "quadratic", masks: int | None = None,
                  sampler: bool = True, candidates: int = 64, width: int = 16, branch: int = 4,
-                 mask_gain: float = 1.0) -> None:
+                 mask_gain: float = 1.0, lookup: bool = False) -> None:
         extras = mtp_extras(engine)
         if mtp_layout not in LAYOUTS:
             raise ValueError(f"unknown MTP layout {mtp_layout!r}: choose linear or quadratic")
@@ -95,6 +99,8 @@ class MtpDrafter:
         self.head = SamplerHead(engine, candidates) if sampler and extras.get("sampler") else None
         if mtp_layout == "tree" and (branch < 1 or mask_gain < 0):
             raise ValueError(f"the tree layout needs branch >= 1 and mask_gain >= 0, got {branch} and {mask_gain}")
+        if lookup and mtp_layout != "tree":
+            raise ValueError("lookup candidates need the tree layout: pass mtp_layout='tree'")
         self.width, self.branch, self.mask_gain = min(width, engine.graphs.max_width), branch, mask_gain
         need = {"quadratic": (self.k + 1) ** 2, "linear": 2 * self.k + 1, "tree": self.k + 2}[mtp_layout]
         if need > engine.graphs.max_width:
@@ -103,13 +109,17 @@ class MtpDrafter:
         self.settings = {"drafter": self.name, "mtp_layout": mtp_layout, "masks": self.k,
                          "sampler": self.head is not None, "candidates": candidates, "lora_rank": extras.get("rank")}
         if mtp_layout == "tree":
-            self.settings.update(width=self.width, branch=branch, mask_gain=mask_gain)
+            self.settings.update(width=self.width, branch=branch, mask_gain=mask_gain, lookup=lookup)
+        self.lookup = NgramSource(3, 1, max(1, self.width - self.k - 1), 2) if lookup else None
+        self._from_lookup = np.zeros(1, dtype=bool)
         self._pending: tuple[np.ndarray | None, np.ndarray] | None = None  # (hidden, logits) of the next masks
         self._n_tokens = 1
         self._owners: np.ndarray | None = None  # tree layout: the token nodes that carry masks
 
     def start(self, engine: Engine, prompt_ids: Sequence[int], prefill_logits: np.ndarray) -> None:
         self._pending = None
+        if self.lookup is not None:
+            self.lookup.rates.reset()
 
     def drafts(self, root: int) -> list[int]:
         if self._pending is None:
@@ -129,20 +139,26 @@ class MtpDrafter:
         best = top_tokens(probs, self.branch)
         return np.tile(best, (prev_tokens.shape[0], 1)), np.tile(probs[best], (prev_tokens.shape[0], 1))
 
-    def propose_tree(self, root: int) -> tuple[DraftTree, np.ndarray]:
-        if self._pending is None:
+    def propose_tree(self, context_ids: Sequence[int], root: int) -> tuple[DraftTree, np.ndarray]:
+        pools = [] if self.lookup is None else [self.lookup.pool(context_ids, root)]
+        if self._pending is not None:
+            pools.append(expansion_pool(root, self.expand, self.k, self.width - self.k - 1))
+        if not pools:
             tokens, parents, owners = np.array([root], dtype=np.int64), np.array([-1]), np.zeros(1, dtype=np.int64)
+            chosen = np.zeros(1, dtype=np.int64)
         else:
-            pool = expansion_pool(root, self.expand, self.k, self.width - self.k - 1)
-            tokens, parents, _, scores = select_tree_scored(*pool, self.width - self.k)
+            tokens, parents, chosen, scores = select_tree_scored(*concat_pools(*pools), self.width - self.k)
             kept, owners = mask_owners_by_value(parents, scores, self.width, self.k, self.mask_gain)
-            tokens, parents = subtree(tokens, parents, kept)
+            (tokens, parents), chosen = subtree(tokens, parents, kept), chosen[kept]
+        # lookup entries come first in the pool; the root (pool index 0) counts as neither
+        lookup_size = pools[0][0].shape[0] if self.lookup is not None else 1
+        self._from_lookup = (chosen > 0) & (chosen < lookup_size)
         self._n_tokens, self._owners = tokens.shape[0], owners
         return attach_mask_slots(tokens, parents, self.k, owners), np.tile(self.masks, (owners.size, 1))
 
     def propose(self, context_ids: Sequence[int], root: int) -> tuple[DraftTree, np.ndarray]:
         if self.layout == "tree":
-            return self.propose_tree(root)
+            return self.propose_tree(context_ids, root)
         tokens = np.array([root, *self.drafts(root)], dtype=np.int64)
         self._n_tokens = n = tokens.shape[0]
         if self.layout == "linear":
@@ -152,6 +168,8 @@ class MtpDrafter:
 
     def observe(self, tree: DraftTree, out: GraphOutput, path: list[int]) -> None:
         owner, n = path[-1], self._n_tokens
+        if self.lookup is not None:
+            self.lookup.record(tree, self._from_lookup, path)
         if self.layout == "linear" and owner != n - 1:
             self._pending = None  # the masks hang under the last draft, which was rejected
             return
