@@ -24,10 +24,15 @@ def default_bundle_dir(model: str | None, context: int, precision: str | None = 
     return cache_root() / "bundles" / f"{name}-cl{context}{suffix}"
 
 
-def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print) -> Path:
-    """The bundle to run: the one named, or the cached export of `model` (None = embedded default)."""
+def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print, mtp: bool = False) -> Path:
+    """The bundle to run: the one named, or the cached export of `model` (None = embedded default).
+
+    mtp: the default model's bundle with the shipped multi-token adapter (a `-mtp` cache folder of its own,
+    since adapter graphs make plain decoding slower)."""
     if bundle:
         return Path(bundle)
+    if mtp:
+        return _ensure_mtp_bundle(model, context, say)
     folder = default_bundle_dir(model, context)
     cached = (folder / MANIFEST).is_file()
     if cached and not (model is None and _lacks_shipped_masks(folder)):
@@ -63,3 +68,20 @@ def _lacks_shipped_masks(folder: Path) -> bool:
     if (manifest.extras.get("mtp") or {}).get("masks_file"):
         return False
     return load_masks_file(shipped).source_sha256 == manifest.source_sha256
+
+
+def _ensure_mtp_bundle(model: str | None, context: int, say) -> Path:
+    if model is not None:
+        raise SystemExit("the mtp drafter needs a bundle exported with your model's adapter: `mtpedge train-mtp`, "
+                         "then `mtpedge export MODEL --mtp-adapter ADAPTER.pt --out DIR`, then --bundle DIR")
+    folder = default_bundle_dir(None, context, "mtp")
+    if (folder / MANIFEST).is_file():
+        return folder
+    try:
+        from mtpedge.export.bundle_writer import ExportConfig, export_bundle
+    except ImportError as err:
+        raise SystemExit(f"no bundle at {folder}, and exporting one needs the export extras ({err.name} is missing): "
+                         "`pip install 'mtpedge[export]'`, or pass --bundle DIR") from err
+    say(f"exporting the default model with its shipped multi-token adapter to {folder} (once; later runs reuse it)")
+    export_bundle(None, folder, ExportConfig(context=context, mtp_adapter="default"), progress=say)
+    return folder

@@ -25,8 +25,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prefill-width", type=int, default=64, help="slots of the prefill graph (default 64)")
     parser.add_argument("--decode-widths", type=parse_widths, default=(1, 16),
                         help="comma-separated slots of the decode graphs (default 1,16)")
-    parser.add_argument("--mtp-adapter", help="a `mtpedge train-mtp` checkpoint: export its learned masks, gated "
-                        "LoRA graphs (lora_gate input) and sampler head with the bundle (drafter `mtp`)")
+    parser.add_argument("--mtp-adapter", metavar="FILE|default",
+                        help="a `mtpedge train-mtp` checkpoint, or `default` (the one shipped for the embedded default "
+                        "model): export its learned masks, gated LoRA graphs (lora_gate input) and sampler head with "
+                        "the bundle (drafter `mtp`); the default --out is then the cache's `-mtp` folder")
     parser.add_argument("--masks", default="auto", metavar="FILE|auto|none",
                         help="learned mask embeddings for the esp/hybrid drafters: a masks file (.npz), none, or "
                         "auto (default: the masks shipped for the embedded default model, when exporting exactly "
@@ -103,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
     # that `generate`/`chat` export for themselves (and compare against)
     kind = None if quantization is None else getattr(quantization, "weights", "qdq")
     label = f"{kind}-{soc}" if kind and soc else kind
+    if args.mtp_adapter:  # adapter graphs make every call a little slower: never the plain default bundle
+        label = "mtp"
     out = args.out or default_bundle_dir(args.model, args.context, label)
     config = ExportConfig(context=args.context, prefill_width=args.prefill_width,
                           decode_widths=args.decode_widths, check_parity=not args.no_parity_check,

@@ -89,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
     sampling = sampling_from(args)
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     say = (lambda msg: print(msg, file=sys.stderr)) if args.json else print
-    engine = Engine.load(ensure_bundle(args.bundle, args.model, args.context, say=say), threads=args.threads)
+    engine = Engine.load(ensure_bundle(args.bundle, args.model, args.context, say=say, mtp=args.drafter == "mtp"),
+                         threads=args.threads)
     tok = engine.tokenizer
     use_chat = not args.raw and tok.has_chat_template
     prompt_ids = tok.encode_chat([{"role": "user", "content": prompt}]) if use_chat else tok.encode(prompt)

@@ -28,9 +28,23 @@ from ..models.mtp_training import adapter_from_checkpoint, load_checkpoint
 
 log = logging.getLogger(__name__)
 
+# the adapter shipped for the embedded default model (`train-mtp --release-copy`; README "Trained multi-token
+# adapter"), what `--mtp-adapter default` and `generate --drafter mtp` without a bundle use
+DEFAULT_ADAPTER = Path(__file__).parent / "data" / "smollm2-135m-instruct-mtp.pt"
+
 MASKS_FILE = "mtp_masks.npy"
 SAMPLER_FILE = "mtp_sampler.npz"
 UNEMBED_FILE = "mtp_unembed.npy"
+
+
+def resolve_adapter(name: str) -> Path:
+    """`default` names the shipped adapter; anything else is a checkpoint path."""
+    if name != "default":
+        return Path(name)
+    if not DEFAULT_ADAPTER.is_file():
+        raise FileNotFoundError(f"this installation has no shipped adapter ({DEFAULT_ADAPTER}): train one with "
+                                "`mtpedge train-mtp` and pass its path to --mtp-adapter")
+    return DEFAULT_ADAPTER
 
 
 @dataclass
@@ -40,6 +54,7 @@ class MtpExport:
 
     @classmethod
     def load(cls, checkpoint: str | Path, loaded: LoadedModel) -> MtpExport:
+        checkpoint = resolve_adapter(str(checkpoint))
         payload = load_checkpoint(checkpoint)
         trained_on = payload.get("base", {}).get("source_sha256")
         if trained_on and trained_on != loaded.source_sha256:

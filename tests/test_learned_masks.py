@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -138,3 +139,35 @@ def test_a_cached_default_bundle_without_the_shipped_masks_is_re_exported(tmp_pa
     _fake_default_bundle(other, None, shipped_sha)  # another model's bundle never had shipped masks to miss
     assert bundles.ensure_bundle(None, str(tmp_path / "other.gguf"), 1024, say=said.append) == other
     assert exported == [folder]
+
+
+def test_the_mtp_drafter_gets_the_default_model_with_the_shipped_adapter_in_its_own_folder(tmp_path, monkeypatch):
+    import mtpedge.bundles as bundles
+    import mtpedge.export.bundle_writer as writer
+
+    monkeypatch.setenv("MTPEDGE_CACHE", str(tmp_path))
+    exported = []
+
+    def fake_export(model, folder, config, progress):
+        exported.append((model, folder, config.mtp_adapter))
+        _fake_default_bundle(folder, "mtp_masks.npy", "0" * 64)
+
+    monkeypatch.setattr(writer, "export_bundle", fake_export)
+    folder = bundles.ensure_bundle(None, None, 1024, say=lambda _: None, mtp=True)
+    assert folder == bundles.default_bundle_dir(None, 1024, "mtp") != bundles.default_bundle_dir(None, 1024)
+    assert exported == [(None, folder, "default")]
+    assert bundles.ensure_bundle(None, None, 1024, say=lambda _: None, mtp=True) == folder and len(exported) == 1
+    assert bundles.ensure_bundle("/some/bundle", None, 1024, mtp=True) == Path("/some/bundle")
+    with pytest.raises(SystemExit, match="--mtp-adapter ADAPTER.pt"):
+        bundles.ensure_bundle(None, str(tmp_path / "other.gguf"), 1024, mtp=True)
+
+
+def test_mtp_adapter_default_names_the_shipped_file_or_says_how_to_make_one(tmp_path, monkeypatch):
+    import mtpedge.export.mtp_export as mtp_export
+
+    assert mtp_export.resolve_adapter("my/adapter.pt") == Path("my/adapter.pt")
+    monkeypatch.setattr(mtp_export, "DEFAULT_ADAPTER", tmp_path / "missing.pt")
+    with pytest.raises(FileNotFoundError, match="train-mtp"):
+        mtp_export.resolve_adapter("default")
+    (tmp_path / "missing.pt").write_bytes(b"")
+    assert mtp_export.resolve_adapter("default") == tmp_path / "missing.pt"
