@@ -224,3 +224,12 @@ def test_adapter_bundles_refuse_quantization(mtp_bundle, tmp_path):
         quantize_bundle(folder, tmp_path / "q", QuantConfig(weights="int8"))
     with pytest.raises(ValueError, match="float32 only"):
         ExportConfig(mtp_adapter="adapter.pt", quantization=QuantConfig(weights="int8"))
+
+
+def test_a_path_ending_without_masks_drafts_from_its_deepest_ancestor_with_masks(mtp_bundle):
+    drafter = make_drafter("mtp", Engine.load(mtp_bundle()[0], threads=1), mtp_layout="tree")  # k = 3
+    drafter._owners = np.array([0, 2])
+    assert drafter.deepest_owner([0, 2]) == (2, 0)  # ends on an owner: all 3 masks forecast
+    assert drafter.deepest_owner([0, 2, 5]) == (2, 1)  # one step below it: masks 2 and 3 are left
+    assert drafter.deepest_owner([0, 1, 3]) == (0, 2)
+    assert drafter.deepest_owner([0, 1, 3, 4]) == (None, 0)  # 3 steps below the root: its masks are used up

@@ -15,7 +15,8 @@ logits and K/V are exactly the base model's and verification stays lossless):
                                                             by expected value (tree_build.mask_owners_by_value,
                                                             `mask_gain` = tokens a forecast adds). If the path
                                                             ends on a node without masks, the next step drafts
-                                                            nothing (its tree is the root and its masks).
+                                                            from the masks of its deepest ancestor that has
+                                                            some, minus those the path used (deepest_owner).
                                                             `lookup=True` adds prompt-lookup chains to the same
                                                             candidate pool, scored as in the hybrid drafter.
 
@@ -142,7 +143,8 @@ class MtpDrafter:
     def propose_tree(self, context_ids: Sequence[int], root: int) -> tuple[DraftTree, np.ndarray]:
         pools = [] if self.lookup is None else [self.lookup.pool(context_ids, root)]
         if self._pending is not None:
-            pools.append(expansion_pool(root, self.expand, self.k, self.width - self.k - 1))
+            depths = self._pending[1].shape[0]
+            pools.append(expansion_pool(root, self.expand, depths, self.width - self.k - 1))
         if not pools:
             tokens, parents, owners = np.array([root], dtype=np.int64), np.array([-1]), np.zeros(1, dtype=np.int64)
             chosen = np.zeros(1, dtype=np.int64)
@@ -170,15 +172,30 @@ class MtpDrafter:
         owner, n = path[-1], self._n_tokens
         if self.lookup is not None:
             self.lookup.record(tree, self._from_lookup, path)
-        if self.layout == "linear" and owner != n - 1:
-            self._pending = None  # the masks hang under the last draft, which was rejected
-            return
-        if self.layout == "linear":
-            rows = np.arange(n, n + self.k)
-        else:
-            rows = mask_slot_index(n, owner, self.k, self._owners if self.layout == "tree" else None)
-            if rows is None:  # the accepted path ends on a node without masks
+        if self.layout == "tree":
+            owner, used = self.deepest_owner(path)
+            if owner is None:
                 self._pending = None
                 return
+            rows = mask_slot_index(n, owner, self.k, self._owners)[used:]
+        elif self.layout == "linear":
+            if owner != n - 1:
+                self._pending = None  # the masks hang under the last draft, which was rejected
+                return
+            rows = np.arange(n, n + self.k)
+        else:
+            rows = mask_slot_index(n, owner, self.k)
         hidden = out.hidden[rows] if out.hidden is not None else None
         self._pending = (hidden, out.logits[rows])
+
+    def deepest_owner(self, path: list[int]) -> tuple[int | None, int]:
+        """The deepest node of the accepted path that carries masks, and how many of its masks the path below
+        it has used up. Mask j of an owner forecasts the token j + 1 steps after it, so if the path goes m
+        nodes further, masks m+1..k still forecast what follows the next root (the sampler head is told the
+        real previous token): a path ending on a node without masks can still draft from an ancestor's."""
+        for used, node in enumerate(reversed(path)):
+            if used >= self.k:
+                break
+            if np.any(self._owners == node):
+                return node, used
+        return None, 0
