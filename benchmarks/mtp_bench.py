@@ -10,6 +10,9 @@ noise hits all alike); each greedy output is compared token for token with `none
 (gate 0); speeds are relative to it, and the cost of one adapter-graph call vs one base-graph call is measured
 first (interleaved) to relate it to plain decoding of the base graphs. Questions go round-robin over
 categories, so a run cut short by --time-limit still covers every category.
+
+Two cores: run two shards side by side (`--shard 0/2`, `--shard 1/2`, each one thread, each interleaving all
+methods itself), then `--merge a.json b.json` sums their per-question rows into one report.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ def setups(args) -> list[tuple[str, str, str, dict]]:
         ("hybrid", "masks", "hybrid", {}),
         ("mtp-linear", "adapter", "mtp", {"mtp_layout": "linear"}),
         ("mtp-quadratic", "adapter", "mtp", {"mtp_layout": "quadratic"}),
+        ("mtp-tree", "adapter", "mtp", {"mtp_layout": "tree"}),
+        ("mtp-tree-lookup", "adapter", "mtp", {"mtp_layout": "tree", "lookup": True}),
     ]
 
 
@@ -69,6 +74,40 @@ def summarise(rows: dict[str, list[dict]], labels: list[str]) -> tuple[dict, dic
     return tau, speed
 
 
+def report(rows: dict[str, list[dict]], labels: list[str], mismatches: list[dict], done: int) -> dict:
+    """Print τ per category, speeds and the lossless count; return them."""
+    tau, speed = summarise(rows, labels)
+    print("\nτ (tokens per decode call)")
+    print(f"{'category':<16}" + "".join(f"{label:>16}" for label in labels))
+    for cat in tau["none"]:
+        print(f"{cat:<16}" + "".join(f"{tau[label][cat]:>16.3f}" for label in labels))
+    print(f"\n{'method':<16}{'tok/s':>8}{'vs none':>14}{'graph ms/call':>15}{'host ms/step':>14}")
+    for label in labels:
+        s = speed[label]
+        print(f"{label:<16}{s['tokens_per_s']:>8.2f}{s['vs_none']:>13.2f}x{s['graph_ms_per_call']:>15.1f}"
+              f"{s['host_ms_per_step']:>14.2f}")
+    reference = sum(r["tokens"] for r in rows["none"])
+    print(f"\nlossless: {len(mismatches)} mismatching outputs over {done} questions x {len(labels) - 1} methods "
+          f"({reference} reference tokens)")
+    return {"questions": done, "tau": tau, "speed": speed, "mismatches": mismatches, "reference_tokens": reference}
+
+
+def merge(files: list[str], out: str | None) -> int:
+    """One report from shard results (their rows summed; call costs and settings kept per shard)."""
+    shards = [json.loads(Path(f).read_text()) for f in files]
+    labels = list(shards[0]["rows"])
+    if any(list(s["rows"]) != labels for s in shards):
+        raise SystemExit("the shards ran different methods: merge only shards of one command")
+    rows = {label: [r for s in shards for r in s["rows"][label]] for label in labels}
+    mismatches = [m for s in shards for m in s["mismatches"]]
+    result = report(rows, labels, mismatches, sum(s["questions"] for s in shards))
+    result.update({"merged": files, "call_ms": [s["call_ms"] for s in shards], "settings": shards[0]["settings"],
+                   "adapter": shards[0]["adapter"], "max_new_tokens": shards[0]["max_new_tokens"], "rows": rows})
+    if out:
+        Path(out).write_text(json.dumps(result, indent=1))
+    return 0
+
+
 def call_cost(engines: dict[str, Engine], widths: tuple[int, ...], reps: int) -> dict:
     """Median ms of one decode-width call per bundle, interleaved (gate 0 on the adapter graphs)."""
     times = {(key, w): [] for key in engines for w in widths}
@@ -86,8 +125,8 @@ def call_cost(engines: dict[str, Engine], widths: tuple[int, ...], reps: int) ->
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--adapter-bundle", required=True)
-    parser.add_argument("--masks-bundle", required=True)
+    parser.add_argument("--adapter-bundle")
+    parser.add_argument("--masks-bundle")
     parser.add_argument("--questions", default=str(QUESTIONS))
     parser.add_argument("--per-category", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=128)
@@ -97,7 +136,13 @@ def main() -> int:
     parser.add_argument("--cost-reps", type=int, default=10)
     parser.add_argument("--only", default=None,
                         help="comma-separated labels (none always runs), e.g. esp-lora,mtp-quadratic")
+    parser.add_argument("--shard", default=None, help="I/N: only every N-th question, starting at the I-th")
+    parser.add_argument("--merge", nargs="+", default=None, help="shard result files to report as one run")
     args = parser.parse_args()
+    if args.merge:
+        return merge(args.merge, args.out)
+    if not (args.adapter_bundle and args.masks_bundle):
+        parser.error("--adapter-bundle and --masks-bundle are required (unless --merge)")
 
     engines = {"adapter": Engine.load(args.adapter_bundle, threads=args.threads),
                "masks": Engine.load(args.masks_bundle, threads=args.threads)}
@@ -114,6 +159,9 @@ def main() -> int:
     labels = [label for label, *_ in plan]
     drafters = {label: make_drafter(name, engines[key], **opts) for label, key, name, opts in plan}
     questions = load_questions(Path(args.questions), args.per_category)
+    if args.shard:
+        index, count = (int(x) for x in args.shard.split("/"))
+        questions = questions[index::count]
     tok = engines["adapter"].tokenizer
     rows: dict[str, list[dict]] = defaultdict(list)
     mismatches: list[dict] = []
@@ -146,29 +194,16 @@ def main() -> int:
             f"{label}={1 + last[label]['accepted'] / max(1, last[label]['calls']):.2f}" for label in labels)
             + f"  ({time.perf_counter() - started:.0f} s)", flush=True)
 
-    tau, speed = summarise(rows, labels)
-    print("\nτ (tokens per decode call)")
-    print(f"{'category':<16}" + "".join(f"{label:>14}" for label in labels))
-    for cat in tau["none"]:
-        print(f"{cat:<16}" + "".join(f"{tau[label][cat]:>14.3f}" for label in labels))
-    print(f"\n{'method':<14}{'tok/s':>8}{'vs none':>14}{'graph ms/call':>15}{'host ms/step':>14}")
-    for label in labels:
-        s = speed[label]
-        print(f"{label:<14}{s['tokens_per_s']:>8.2f}{s['vs_none']:>13.2f}x{s['graph_ms_per_call']:>15.1f}"
-              f"{s['host_ms_per_step']:>14.2f}")
-    reference = sum(r["tokens"] for r in rows["none"])
-    print(f"\nlossless: {len(mismatches)} mismatching outputs over {done} questions x {len(labels) - 1} methods "
-          f"({reference} reference tokens)")
-    result = {"adapter_bundle": args.adapter_bundle, "masks_bundle": args.masks_bundle, "questions": done,
-              "max_new_tokens": args.max_new_tokens, "threads": args.threads,
-              "settings": {label: getattr(d, "settings", {"drafter": "none"}) for label, d in drafters.items()},
-              "adapter": engines["adapter"].manifest.extras.get("mtp"),
-              "masks_adapter": engines["masks"].manifest.extras.get("mtp"),
-              "call_ms": cost, "tau": tau, "speed": speed, "mismatches": mismatches, "reference_tokens": reference}
+    result = report(rows, labels, mismatches, done)
+    result.update({"adapter_bundle": args.adapter_bundle, "masks_bundle": args.masks_bundle,
+                   "max_new_tokens": args.max_new_tokens, "threads": args.threads, "shard": args.shard,
+                   "settings": {label: getattr(d, "settings", {"drafter": "none"}) for label, d in drafters.items()},
+                   "adapter": engines["adapter"].manifest.extras.get("mtp"),
+                   "masks_adapter": engines["masks"].manifest.extras.get("mtp"), "call_ms": cost,
+                   "rows": rows})
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(result, indent=1))
-    print(json.dumps(result))
     return 0
 
 
