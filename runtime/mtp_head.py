@@ -22,8 +22,10 @@ from .engine import Engine
 def mtp_extras(engine: Engine) -> dict:
     extras = engine.manifest.extras.get("mtp")
     if not extras:
-        raise BundleError(f"bundle {engine.folder} has no multi-token adapter: train one with `mtpedge train-mtp` and "
-                          "export it with `mtpedge export --mtp-adapter ADAPTER.pt`")
+        raise BundleError(f"bundle {engine.folder} has no multi-token adapter: for the default model, export the "
+                          "shipped one (`mtpedge export --mtp-adapter default`, or `generate --drafter mtp` without "
+                          "--bundle); for another, train one with `mtpedge train-mtp` and export it with "
+                          "`mtpedge export MODEL --mtp-adapter ADAPTER.pt`")
     return extras
 
 
