@@ -46,7 +46,7 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
                        help="lookup/hybrid: distinct n-gram continuations in one tree")
     group.add_argument("--mask-gain", type=float, default=None,
                        help="hybrid / mtp tree: give mask slots only where they pay, valuing a forecast at this many "
-                       "tokens (hybrid default: every node gets its masks; mtp tree default 1.0)")
+                       "tokens (hybrid default: every node gets its masks; mtp tree default 2.0)")
     group.add_argument("--extend", type=int, default=None,
                        help="hybrid: lookup chains after this many of the best mask candidates (default 0)")
     group.add_argument("--tau", type=int, default=None, help="dmtd: cycle length τ (default 4)")

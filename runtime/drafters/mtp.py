@@ -86,7 +86,7 @@ class MtpDrafter:
 
     def __init__(self, engine: Engine, mtp_layout: str = "quadratic", masks: int | None = None,
                  sampler: bool = True, candidates: int = 64, width: int = 16, branch: int = 4,
-                 mask_gain: float = 1.0, lookup: bool = False) -> None:
+                 mask_gain: float = 2.0, lookup: bool = False) -> None:
         extras = mtp_extras(engine)
         if mtp_layout not in LAYOUTS:
             raise ValueError(f"unknown MTP layout {mtp_layout!r}: choose linear or quadratic")
