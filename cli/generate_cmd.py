@@ -38,8 +38,9 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
                        help="esp/hybrid: online update rate lambda of the mask embeddings (default 0.1; 0 for learned)")
     group.add_argument("--tree", default=None, help="esp: dynamic, static, or static:W1,W2,... per-depth widths")
     group.add_argument("--mtp-layout", choices=["linear", "quadratic", "tree"], default=None,
-                       help="mtp: masks after the last draft only (linear), after every draft of a chain (quadratic, "
-                            "the default), or a tree of drafts with masks where the accepted path likely ends (tree)")
+                       help="mtp: masks after the last draft only (linear), after every draft of a chain "
+                            "(quadratic), or a tree of drafts with masks where the accepted path likely ends (tree, "
+                            "the default)")
     group.add_argument("--branch", type=int, default=None, help="mtp tree: best tokens tried after each node (4)")
     group.add_argument("--max-ngram", type=int, default=None, help="lookup/hybrid: longest n-gram matched")
     group.add_argument("--branches", type=int, default=None,

@@ -182,7 +182,7 @@ def test_mtp_drafter_checks_its_settings(mtp_bundle):
     with pytest.raises(ValueError, match="branch >= 1"):
         make_drafter("mtp", engine, mtp_layout="tree", branch=0)
     with pytest.raises(ValueError, match="tree layout"):
-        make_drafter("mtp", engine, lookup=True)
+        make_drafter("mtp", engine, mtp_layout="quadratic", lookup=True)
 
 
 def test_expansion_pool_keeps_the_best_children_of_each_depth():

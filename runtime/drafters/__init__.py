@@ -5,7 +5,7 @@
     make_drafter("esp", engine, masks=1, mask_init="mean", mask_update=0.1, tree="static:6,1", width=16)
     make_drafter("lookup", engine, width=8, max_ngram=3)
     make_drafter("hybrid", engine, masks=1, width=16, branches=2)
-    make_drafter("mtp", engine, mtp_layout="quadratic")      # needs a bundle with a trained adapter
+    make_drafter("mtp", engine, mtp_layout="tree", width=16)  # needs a bundle with a trained adapter
 Options a drafter does not take are ignored only if their value is None (so a CLI can pass all of them).
 """
 

@@ -23,6 +23,10 @@ logits and K/V are exactly the base model's and verification stays lossless):
 The drafts of the next step come from the masks under the deepest accepted node: through the sampler head
 (each conditioned on the previous draft, the first on the new root), or the masks' plain logits (argmax)
 when the adapter has no sampler head or `sampler=False`.
+
+Tree is the default: on 13 exploration questions x 128 tokens (not the benchmark's 52; SmolLM2, k = 3,
+width 16) it reached τ 1.63 against quadratic's 1.53 with the same adapter at the same call width
+(benchmarks/results/mtp/sweep-13q.txt); branch 12 or a flatter scoring (p^(1/2)) changed τ by < 0.015.
 """
 
 from __future__ import annotations
@@ -84,7 +88,7 @@ def expansion_pool(root: int, expand: Callable[[int, np.ndarray], tuple[np.ndarr
 class MtpDrafter:
     name = "mtp"
 
-    def __init__(self, engine: Engine, mtp_layout: str = "quadratic", masks: int | None = None,
+    def __init__(self, engine: Engine, mtp_layout: str = "tree", masks: int | None = None,
                  sampler: bool = True, candidates: int = 64, width: int = 16, branch: int = 4,
                  mask_gain: float = 2.0, lookup: bool = False) -> None:
         extras = mtp_extras(engine)
