@@ -44,7 +44,9 @@ class Method(Protocol):
     def close(self) -> None: ...
 
 
-def _option_value(text: str) -> int | float | str:
+def _option_value(text: str) -> bool | int | float | str:
+    if text.lower() in ("true", "false"):  # "false" must not reach a drafter as a (truthy) string
+        return text.lower() == "true"
     for convert in (int, float):
         try:
             return convert(text)
@@ -53,13 +55,13 @@ def _option_value(text: str) -> int | float | str:
     return text
 
 
-def parse_method_spec(spec: str) -> tuple[str, dict[str, int | float | str]]:
+def parse_method_spec(spec: str) -> tuple[str, dict[str, bool | int | float | str]]:
     """"hybrid:width=32:masks=2" -> ("hybrid", {"width": 32, "masks": 2}); a plain name has no options.
 
     Options are the drafter's keyword arguments (`make_drafter`), so one run can compare settings side by side.
     """
     name, *pairs = spec.split(":")
-    options: dict[str, int | float | str] = {}
+    options: dict[str, bool | int | float | str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key or not value:

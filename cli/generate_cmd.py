@@ -42,6 +42,8 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
                             "(quadratic), or a tree of drafts with masks where the accepted path likely ends (tree, "
                             "the default)")
     group.add_argument("--branch", type=int, default=None, help="mtp tree: best tokens tried after each node (4)")
+    group.add_argument("--mtp-lookup", action="store_const", const=True, default=None,
+                       help="mtp tree: prompt-lookup chains in the same tree (as the hybrid drafter does)")
     group.add_argument("--max-ngram", type=int, default=None, help="lookup/hybrid: longest n-gram matched")
     group.add_argument("--branches", type=int, default=None,
                        help="lookup/hybrid: distinct n-gram continuations in one tree")
@@ -70,6 +72,7 @@ def drafter_options(args: argparse.Namespace) -> dict:
     options = {"width": args.width, "masks": args.masks, "mask_init": args.mask_init, "mask_update": args.mask_update,
                "tree": args.tree, "max_ngram": args.max_ngram, "branches": args.branches,
                "mtp_layout": args.mtp_layout, "branch": getattr(args, "branch", None),
+               "lookup": getattr(args, "mtp_lookup", None),
                "mask_gain": getattr(args, "mask_gain", None), "extend": getattr(args, "extend", None)}
     return {key: value for key, value in options.items() if value is not None}
 

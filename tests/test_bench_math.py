@@ -68,6 +68,8 @@ def test_method_specs_carry_drafter_options():
     assert parse_method_spec("hybrid") == ("hybrid", {})
     assert parse_method_spec("hybrid:width=32:mask-init=soft:mask_update=0.2") == (
         "hybrid", {"width": 32, "mask_init": "soft", "mask_update": 0.2})
+    assert parse_method_spec("mtp:mtp_layout=tree:lookup=true") == ("mtp", {"mtp_layout": "tree", "lookup": True})
+    assert parse_method_spec("mtp:lookup=False") == ("mtp", {"lookup": False})
     with pytest.raises(ValueError, match="options are key=value"):
         parse_method_spec("esp:soft")
     assert resolve_methods(["esp:mask_init=soft", "esp"], ["none", "esp"]) == ["none", "esp:mask_init=soft", "esp"]

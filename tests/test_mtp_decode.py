@@ -233,3 +233,20 @@ def test_a_path_ending_without_masks_drafts_from_its_deepest_ancestor_with_masks
     assert drafter.deepest_owner([0, 2, 5]) == (2, 1)  # one step below it: masks 2 and 3 are left
     assert drafter.deepest_owner([0, 1, 3]) == (0, 2)
     assert drafter.deepest_owner([0, 1, 3, 4]) == (None, 0)  # 3 steps below the root: its masks are used up
+
+
+def test_cli_generate_passes_the_mtp_tree_settings(mtp_bundle, capsys):
+    import json
+
+    from mtpedge.main import main
+
+    folder = str(mtp_bundle()[0])
+    argv = ["generate", "hello hello hello", "--bundle", folder, "--raw", "--json", "--max-new-tokens", "16"]
+    assert main(argv) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert main([*argv, "--drafter", "mtp", "--branch", "2", "--mask-gain", "0.5", "--mtp-lookup", "--width", "8"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["token_ids"] == plain["token_ids"]
+    settings = out["drafter_settings"]
+    assert (settings["mtp_layout"], settings["branch"], settings["mask_gain"], settings["lookup"], settings["width"]) \
+        == ("tree", 2, 0.5, True, 8)
