@@ -1,6 +1,7 @@
 """Pure functions that build draft trees: ESP's static and dynamic trees, candidate pools, mask-slot chains.
 
-Every function here is pure (arrays in, arrays out) so that it can be tested exhaustively and ported
+Every function here is pure (arrays in, arrays out; `expansion_pool` also takes the drafter's next-token
+step as a function) so that it can be tested exhaustively and ported
 line by line (the Android demo re-implements them in Java). Token nodes are returned as
 `(tokens, parents)` with the root at index 0 and parents before children (BFS order);
 `attach_mask_slots` then appends ESP's k mask slots after every token node:
@@ -12,7 +13,7 @@ Ties are broken deterministically everywhere: higher probability first, then the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -94,6 +95,30 @@ def mask_pool(mask_probs: np.ndarray, offer: int, root: int) -> tuple[np.ndarray
         scores.extend((anchor_score * mask_probs[depth][chosen]).tolist())
         anchor, anchor_token, anchor_score = first, int(chosen[0]), scores[first]
     return np.asarray(tokens, np.int64), np.asarray(parents, np.int64), np.asarray(scores, np.float64)
+
+
+def expansion_pool(root: int, expand: Callable[[int, np.ndarray], tuple[np.ndarray, np.ndarray]], depths: int,
+                   keep: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A candidate pool grown depth by depth from the root: `expand(depth, parent_tokens (m,))` gives each
+    parent's best next tokens and their probabilities, (m, b) each; a child scores its parent's score times
+    its probability, and the `keep` best children of a depth (ties: earlier parent, then better rank) become
+    the next depth's parents.
+
+    Returns pool arrays (tokens, parents, scores) with the root at index 0 (score 1), for select_tree_scored.
+    """
+    tokens, parents, scores = [np.array([root], np.int64)], [np.array([-1], np.int64)], [np.ones(1)]
+    frontier, size = np.zeros(1, dtype=np.int64), 1
+    for depth in range(depths):
+        child_tokens, probs = expand(depth, np.concatenate(tokens)[frontier])
+        child_scores = np.concatenate(scores)[frontier][:, None] * probs
+        order = np.argsort(-child_scores, axis=None, kind="stable")[:keep]
+        rows, cols = np.unravel_index(order, child_scores.shape)
+        tokens.append(child_tokens[rows, cols].astype(np.int64))
+        parents.append(frontier[rows])
+        scores.append(child_scores[rows, cols])
+        frontier = size + np.arange(order.size)
+        size += order.size
+    return np.concatenate(tokens), np.concatenate(parents), np.concatenate(scores)
 
 
 def chain_pool(root: int, continuations: Sequence[np.ndarray], scores: Sequence[np.ndarray]

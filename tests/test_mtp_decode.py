@@ -186,7 +186,7 @@ def test_mtp_drafter_checks_its_settings(mtp_bundle):
 
 
 def test_expansion_pool_keeps_the_best_children_of_each_depth():
-    from mtpedge.runtime.drafters.mtp import expansion_pool
+    from mtpedge.runtime.tree_build import expansion_pool
 
     def expand(depth, parents):  # child tokens encode (depth, parent token, rank); probabilities 0.5, 0.3, 0.2
         tokens = np.array([[100 * (depth + 1) + 10 * (p % 10) + r for r in range(3)] for p in parents])

@@ -31,7 +31,7 @@ width 16) it reached τ 1.63 against quadratic's 1.53 with the same adapter at t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -42,6 +42,7 @@ from ..tree import SLOT, DraftTree
 from ..tree_build import (
     attach_mask_slots,
     concat_pools,
+    expansion_pool,
     mask_owners_by_value,
     mask_slot_index,
     select_tree_scored,
@@ -59,30 +60,6 @@ def linear_tree(tokens: np.ndarray, k: int) -> DraftTree:
     n = tokens.shape[0]
     parents = np.arange(-1, n + k - 1)
     return DraftTree(np.concatenate([tokens, np.full(k, SLOT)]), parents)
-
-
-def expansion_pool(root: int, expand: Callable[[int, np.ndarray], tuple[np.ndarray, np.ndarray]], depths: int,
-                   keep: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A candidate pool grown depth by depth from the root: `expand(depth, parent_tokens (m,))` gives each
-    parent's best next tokens and their probabilities, (m, b) each; a child scores its parent's score times
-    its probability, and the `keep` best children of a depth (ties: earlier parent, then better rank) become
-    the next depth's parents.
-
-    Returns pool arrays (tokens, parents, scores) with the root at index 0 (score 1), for select_tree_scored.
-    """
-    tokens, parents, scores = [np.array([root], np.int64)], [np.array([-1], np.int64)], [np.ones(1)]
-    frontier, size = np.zeros(1, dtype=np.int64), 1
-    for depth in range(depths):
-        child_tokens, probs = expand(depth, np.concatenate(tokens)[frontier])
-        child_scores = np.concatenate(scores)[frontier][:, None] * probs
-        order = np.argsort(-child_scores, axis=None, kind="stable")[:keep]
-        rows, cols = np.unravel_index(order, child_scores.shape)
-        tokens.append(child_tokens[rows, cols].astype(np.int64))
-        parents.append(frontier[rows])
-        scores.append(child_scores[rows, cols])
-        frontier = size + np.arange(order.size)
-        size += order.size
-    return np.concatenate(tokens), np.concatenate(parents), np.concatenate(scores)
 
 
 class MtpDrafter:
