@@ -31,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated mtpedge drafters and peers (llama.cpp, llama.cpp-lookup, transformers, "
                              "transformers-lookup, optimum-ort); 'all' = every drafter and every peer found "
                              "(default; --quick: mtpedge drafters only). `none` always runs: it is the baseline. "
-                             "A drafter takes options after colons, e.g. esp:mask_init=soft or hybrid:width=32")
+                             "A drafter takes options after colons, e.g. esp:mask_init=soft or hybrid:width=32. Naming "
+                             "mtp runs every method on the default model's bundle with the shipped adapter")
     parser.add_argument("--model", type=Path, help="GGUF file or Hugging Face folder the peers load "
                         "(default: the embedded SmolLM2 GGUF when the bundle came from it)")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for every method (default: all)")
@@ -70,6 +71,14 @@ def _default_model(bundle: Path) -> Path | None:
     return path if model_sha256(path) == read_manifest(bundle).source_sha256 else None
 
 
+def names_mtp(methods: tuple[str, ...]) -> bool:
+    """Whether `mtp` is named explicitly: then the run uses the default model's bundle with the shipped adapter
+    (every method on it, so all share one bundle); `all` keeps the plain bundle and skips mtp."""
+    from mtpedge.bench.methods import parse_method_spec
+
+    return any(parse_method_spec(name)[0] == "mtp" for name in methods)
+
+
 def run(args: argparse.Namespace) -> int:
     from mtpedge.bench.report import validate_report
     from mtpedge.bench.suite import BenchSettings, run_bench, write_report
@@ -82,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
                         ("--time-limit", args.time_limit)):
         if value is not None and value < 1:
             raise ValueError(f"{flag} must be at least 1, got {value}")
-    bundle = ensure_bundle(args.bundle, None, 1024)
+    bundle = ensure_bundle(args.bundle, None, 1024, mtp=names_mtp(args.methods))
     optimum_python = args.optimum_python or (Path(".venv-optimum/bin/python").absolute()
                                              if Path(".venv-optimum/bin/python").is_file() else None)
     methods = args.methods

@@ -70,6 +70,9 @@ def test_method_specs_carry_drafter_options():
         "hybrid", {"width": 32, "mask_init": "soft", "mask_update": 0.2})
     assert parse_method_spec("mtp:mtp_layout=tree:lookup=true") == ("mtp", {"mtp_layout": "tree", "lookup": True})
     assert parse_method_spec("mtp:lookup=False") == ("mtp", {"lookup": False})
+    from mtpedge.bench_cmd import names_mtp
+
+    assert names_mtp(("none", "mtp:mtp_layout=linear")) and not names_mtp(("all",)) and not names_mtp(("hybrid",))
     with pytest.raises(ValueError, match="options are key=value"):
         parse_method_spec("esp:soft")
     assert resolve_methods(["esp:mask_init=soft", "esp"], ["none", "esp"]) == ["none", "esp:mask_init=soft", "esp"]
