@@ -38,10 +38,10 @@ def prompts_and_plain_outputs(engine) -> list[tuple[str, list[int], list[int]]]:
     return out
 
 
-# plain decoding is 1.0; what the shipped adapter measured on these 4 questions is in benchmarks/results/mtp
-@pytest.mark.parametrize("options,min_tau", [({"mtp_layout": "linear"}, 1.15), ({"mtp_layout": "quadratic"}, 1.25),
+# plain decoding is 1.0; the shipped adapter measured 1.24 / 1.38 / 1.44 / 1.42 here (4 questions x 48 tokens)
+@pytest.mark.parametrize("options,min_tau", [({"mtp_layout": "linear"}, 1.1), ({"mtp_layout": "quadratic"}, 1.25),
                                              ({"mtp_layout": "tree"}, 1.3),
-                                             ({"mtp_layout": "tree", "lookup": True}, 1.4)])
+                                             ({"mtp_layout": "tree", "lookup": True}, 1.3)])
 def test_trained_mtp_is_lossless_and_drafts_well(engine, prompts_and_plain_outputs, options, min_tau):
     calls = accepted = 0
     for question_id, prompt, plain in prompts_and_plain_outputs:
