@@ -177,8 +177,10 @@ def test_mtp_drafter_checks_its_settings(mtp_bundle):
     engine = Engine.load(mtp_bundle()[0], threads=1)
     with pytest.raises(ValueError, match="k = 3"):
         make_drafter("mtp", engine, masks=4)
-    with pytest.raises(ValueError, match="linear or quadratic"):
+    with pytest.raises(ValueError, match="linear, quadratic or tree"):
         make_drafter("mtp", engine, mtp_layout="cubic")
+    with pytest.raises(ValueError, match="use >= 5"):
+        make_drafter("mtp", engine, width=4)
     with pytest.raises(ValueError, match="branch >= 1"):
         make_drafter("mtp", engine, mtp_layout="tree", branch=0)
     with pytest.raises(ValueError, match="tree layout"):

@@ -70,7 +70,7 @@ class MtpDrafter:
                  mask_gain: float = 2.0, lookup: bool = False) -> None:
         extras = mtp_extras(engine)
         if mtp_layout not in LAYOUTS:
-            raise ValueError(f"unknown MTP layout {mtp_layout!r}: choose linear or quadratic")
+            raise ValueError(f"unknown MTP layout {mtp_layout!r}: choose linear, quadratic or tree")
         trained_k = int(extras["k"])
         self.k = trained_k if masks is None else masks
         if not 1 <= self.k <= trained_k:
@@ -85,6 +85,8 @@ class MtpDrafter:
             raise ValueError("lookup candidates need the tree layout: pass mtp_layout='tree'")
         self.width, self.branch, self.mask_gain = min(width, engine.graphs.max_width), branch, mask_gain
         need = {"quadratic": (self.k + 1) ** 2, "linear": 2 * self.k + 1, "tree": self.k + 2}[mtp_layout]
+        if mtp_layout == "tree" and self.width < need:
+            raise ValueError(f"a width of {self.width} cannot hold a root, one draft and {self.k} masks: use >= {need}")
         if need > engine.graphs.max_width:
             raise ValueError(f"the {mtp_layout} layout with k = {self.k} needs {need} slots, the widest graph has "
                              f"{engine.graphs.max_width}: re-export with a wider --decode-widths or use fewer --masks")
