@@ -67,41 +67,45 @@ class SamplerHead:
         self.candidates = candidates
 
     def hidden(self, prev_token: int, mask_hidden: np.ndarray) -> np.ndarray:
-        x = np.concatenate([np.asarray(self.table[prev_token], dtype=np.float32), mask_hidden])
-        u = self.w1 @ x + self.b1
-        u = u / (1.0 + np.exp(-u))  # SiLU (u * sigmoid(u))
-        u = _rms_norm(u, self.norm, self.eps)
-        return mask_hidden + self.w2 @ u + self.b2
+        return self.hidden_after(np.array([prev_token]), mask_hidden)[0]
+
+    def hidden_after(self, prev_tokens: np.ndarray, mask_hidden: np.ndarray) -> np.ndarray:
+        """The head's hidden state (m, hidden) after each of `prev_tokens` (m,) for one mask's hidden state."""
+        x = np.concatenate([np.asarray(self.table[prev_tokens], dtype=np.float32),
+                            np.broadcast_to(mask_hidden, (prev_tokens.shape[0], mask_hidden.shape[0]))], axis=1)
+        u = x @ self.w1.T + self.b1
+        u = _rms_norm(u / (1.0 + np.exp(-u)), self.norm, self.eps)  # SiLU (u * sigmoid(u)), then the norm
+        return mask_hidden + u @ self.w2.T + self.b2
+
+    def shortlist(self, plain_logits: np.ndarray) -> np.ndarray | None:
+        """Ids of the top `candidates` plain logits, ascending (None: score the whole vocabulary)."""
+        if not self.candidates or self.candidates >= plain_logits.shape[0]:
+            return None
+        return np.sort(np.argpartition(-plain_logits, self.candidates)[: self.candidates])
 
     def best_token(self, h: np.ndarray, plain_logits: np.ndarray | None) -> int:
-        if self.candidates and plain_logits is not None and self.candidates < plain_logits.shape[0]:
-            shortlist = np.argpartition(-plain_logits, self.candidates)[: self.candidates]
-            scores = np.asarray(self.unembed[np.sort(shortlist)], dtype=np.float32) @ h
-            return int(np.sort(shortlist)[int(np.argmax(scores))])
-        return int(np.argmax(np.asarray(self.unembed, dtype=np.float32) @ h))
+        rows = None if plain_logits is None else self.shortlist(plain_logits)
+        if rows is None:
+            return int(np.argmax(np.asarray(self.unembed, dtype=np.float32) @ h))
+        return int(rows[int(np.argmax(np.asarray(self.unembed[rows], dtype=np.float32) @ h))])
 
     def top_next_tokens(self, prev_tokens: np.ndarray, mask_hidden: np.ndarray, plain_logits: np.ndarray, count: int
-                   ) -> tuple[np.ndarray, np.ndarray]:
+                        ) -> tuple[np.ndarray, np.ndarray]:
         """The `count` best next tokens after each of `prev_tokens` (m,) for one mask, with the sampler's
         probabilities over the shortlist (top `self.candidates` of `plain_logits`, or all of the vocabulary).
 
         Returns (tokens (m, count), probabilities (m, count)), best first, ties by lower token id.
         """
-        vocab = plain_logits.shape[0]
-        shortlist = (np.sort(np.argpartition(-plain_logits, self.candidates)[: self.candidates])
-                     if self.candidates and self.candidates < vocab else np.arange(vocab))
-        x = np.concatenate([np.asarray(self.table[prev_tokens], dtype=np.float32),
-                            np.broadcast_to(mask_hidden, (prev_tokens.shape[0], mask_hidden.shape[0]))], axis=1)
-        u = x @ self.w1.T + self.b1
-        u = _rms_norm(u / (1.0 + np.exp(-u)), self.norm, self.eps)
-        h = mask_hidden + u @ self.w2.T + self.b2
-        scores = h @ np.asarray(self.unembed[shortlist], dtype=np.float32).T  # (m, shortlist)
+        rows = self.shortlist(plain_logits)
+        rows = np.arange(plain_logits.shape[0]) if rows is None else rows
+        h = self.hidden_after(prev_tokens, mask_hidden)
+        scores = h @ np.asarray(self.unembed[rows], dtype=np.float32).T  # (m, shortlist)
         scores = scores.astype(np.float64) - scores.max(axis=1, keepdims=True)
         probs = np.exp(scores)
         probs /= probs.sum(axis=1, keepdims=True)
-        count = min(count, shortlist.shape[0])
-        order = np.lexsort((np.broadcast_to(shortlist, probs.shape), -probs), axis=1)[:, :count]
-        return shortlist[order], np.take_along_axis(probs, order, axis=1)
+        count = min(count, rows.shape[0])
+        order = np.lexsort((np.broadcast_to(rows, probs.shape), -probs), axis=1)[:, :count]
+        return rows[order], np.take_along_axis(probs, order, axis=1)
 
     def draft(self, root: int, mask_hidden: np.ndarray, mask_logits: np.ndarray | None) -> list[int]:
         """k drafts after `root`, each conditioned on the one before (teacher forcing at training time)."""
