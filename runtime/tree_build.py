@@ -261,6 +261,15 @@ def mask_owners_by_value(parents: np.ndarray, scores: np.ndarray, width: int, k:
     return kept, np.searchsorted(kept, np.sort(best_owners))
 
 
+def select_tree_with_owners(pool: tuple[np.ndarray, np.ndarray, np.ndarray], width: int, k: int, gain: float
+                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The best tree for `width` slots whose k-mask owners are chosen by value: `select_tree_scored` (at most
+    width - k nodes), then `mask_owners_by_value`. Returns (tokens, parents, pool index of each node, owners)."""
+    tokens, parents, chosen, scores = select_tree_scored(*pool, width - k)
+    kept, owners = mask_owners_by_value(parents, scores, width, k, gain)
+    return *subtree(tokens, parents, kept), chosen[kept], owners
+
+
 def subtree(tokens: np.ndarray, parents: np.ndarray, kept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The nodes `kept` (ascending indices, closed under parents) as a tree of their own."""
     new_index = np.full(parents.shape[0], -1, dtype=np.int64)

@@ -36,15 +36,7 @@ from ..engine import Engine
 from ..graphs import GraphOutput
 from ..mask_embeddings import MaskConfig
 from ..tree import DraftTree
-from ..tree_build import (
-    concat_pools,
-    mask_owners_by_value,
-    mask_pool,
-    select_tree,
-    select_tree_scored,
-    softmax_rows,
-    subtree,
-)
+from ..tree_build import concat_pools, mask_pool, select_tree, select_tree_with_owners, softmax_rows
 from .esp import MaskProbe, default_mask_init
 from .lookup import NgramSource
 
@@ -92,9 +84,7 @@ class HybridDrafter:
             tokens, parents, chosen = select_tree(*pool, self.nodes)
             self._owners = None
         else:
-            tokens, parents, chosen, scores = select_tree_scored(*pool, self.nodes)
-            kept, self._owners = mask_owners_by_value(parents, scores, self.width, self.k, self.mask_gain)
-            tokens, parents, chosen = *subtree(tokens, parents, kept), chosen[kept]
+            tokens, parents, chosen, self._owners = select_tree_with_owners(pool, self.width, self.k, self.mask_gain)
         self._from_lookup = chosen < lookup_pool[0].shape[0]  # lookup entries come first in the pool
         return self.probe.finish_tree(tokens, parents, self._owners)
 

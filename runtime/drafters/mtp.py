@@ -43,11 +43,9 @@ from ..tree_build import (
     attach_mask_slots,
     concat_pools,
     expansion_pool,
-    mask_owners_by_value,
     mask_slot_index,
-    select_tree_scored,
+    select_tree_with_owners,
     softmax_rows,
-    subtree,
     top_tokens,
 )
 from .lookup import NgramSource
@@ -132,9 +130,8 @@ class MtpDrafter:
             tokens, parents, owners = np.array([root], dtype=np.int64), np.array([-1]), np.zeros(1, dtype=np.int64)
             chosen = np.zeros(1, dtype=np.int64)
         else:
-            tokens, parents, chosen, scores = select_tree_scored(*concat_pools(*pools), self.width - self.k)
-            kept, owners = mask_owners_by_value(parents, scores, self.width, self.k, self.mask_gain)
-            (tokens, parents), chosen = subtree(tokens, parents, kept), chosen[kept]
+            tokens, parents, chosen, owners = select_tree_with_owners(concat_pools(*pools), self.width, self.k,
+                                                                      self.mask_gain)
         # lookup entries come first in the pool; the root (pool index 0) counts as neither
         lookup_size = pools[0][0].shape[0] if self.lookup is not None else 1
         self._from_lookup = (chosen > 0) & (chosen < lookup_size)
