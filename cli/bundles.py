@@ -31,11 +31,12 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
     since adapter graphs make plain decoding slower)."""
     if bundle:
         return Path(bundle)
-    if mtp:
-        return _ensure_mtp_bundle(model, context, say)
-    folder = default_bundle_dir(model, context)
+    if mtp and model is not None:
+        raise SystemExit("the mtp drafter needs a bundle exported with your model's adapter: `mtpedge train-mtp`, "
+                         "then `mtpedge export MODEL --mtp-adapter ADAPTER.pt --out DIR`, then --bundle DIR")
+    folder = default_bundle_dir(model, context, "mtp" if mtp else None)
     cached = (folder / MANIFEST).is_file()
-    if cached and not (model is None and _lacks_shipped_masks(folder)):
+    if cached and (mtp or not (model is None and _lacks_shipped_masks(folder))):
         return folder
     try:
         from mtpedge.export.bundle_writer import ExportConfig, export_bundle
@@ -48,8 +49,10 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
         ) from err
     if cached:  # the atomic export replaces it only once the new one is complete
         say(f"the cached bundle {folder} predates the learned masks shipped for the default model: re-exporting it")
-    say(f"exporting {'the default model' if model is None else model} to {folder} (once; later runs reuse it)")
-    export_bundle(model, folder, ExportConfig(context=context), progress=say)
+    what = "the default model" if model is None else model
+    say(f"exporting {what}{' with its shipped multi-token adapter' if mtp else ''} to {folder} "
+        "(once; later runs reuse it)")
+    export_bundle(model, folder, ExportConfig(context=context, mtp_adapter="default" if mtp else None), progress=say)
     return folder
 
 
@@ -69,19 +72,3 @@ def _lacks_shipped_masks(folder: Path) -> bool:
         return False
     return load_masks_file(shipped).source_sha256 == manifest.source_sha256
 
-
-def _ensure_mtp_bundle(model: str | None, context: int, say) -> Path:
-    if model is not None:
-        raise SystemExit("the mtp drafter needs a bundle exported with your model's adapter: `mtpedge train-mtp`, "
-                         "then `mtpedge export MODEL --mtp-adapter ADAPTER.pt --out DIR`, then --bundle DIR")
-    folder = default_bundle_dir(None, context, "mtp")
-    if (folder / MANIFEST).is_file():
-        return folder
-    try:
-        from mtpedge.export.bundle_writer import ExportConfig, export_bundle
-    except ImportError as err:
-        raise SystemExit(f"no bundle at {folder}, and exporting one needs the export extras ({err.name} is missing): "
-                         "`pip install 'mtpedge[export]'`, or pass --bundle DIR") from err
-    say(f"exporting the default model with its shipped multi-token adapter to {folder} (once; later runs reuse it)")
-    export_bundle(None, folder, ExportConfig(context=context, mtp_adapter="default"), progress=say)
-    return folder
