@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ import numpy as np
 import torch
 
 from ..export.quality import HELD_TEXT
+from .checkpoint import read_checkpoint, write_checkpoint
 from .decoder import Decoder
 from .dmtd import DmtdHead, cyclic_gate, dmtd_logits, perplexities, thinking_hidden
 from .loading import LoadedModel
@@ -110,16 +110,14 @@ def held_text_ids(loaded: LoadedModel, limit: int = 512) -> np.ndarray:
 
 def save_checkpoint(path: Path, head: DmtdHead, optimizer, step: int, settings: TrainSettings, loaded: LoadedModel,
                     history: list) -> None:
-    tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
-    torch.save({"head": head.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
-                "settings": dataclasses.asdict(settings), "decoding_layers": settings.decoding_layers,
-                "base_sha256": loaded.source_sha256, "base_name": loaded.name, "history": history}, tmp)
-    os.replace(tmp, path)
+    write_checkpoint({"head": head.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+                      "settings": dataclasses.asdict(settings), "decoding_layers": settings.decoding_layers,
+                      "base_sha256": loaded.source_sha256, "base_name": loaded.name, "history": history}, path)
 
 
 def load_head(path: Path, loaded: LoadedModel) -> tuple[DmtdHead, dict]:
     """The trained decoding copy of a checkpoint, checked against the base model it was trained on."""
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    state = read_checkpoint(path, "DMTD", "train one with `mtpedge train-dmtd`")
     if state.get("base_sha256") != loaded.source_sha256:
         raise ValueError(f"{path} was trained on {state.get('base_name')}, not on {loaded.name} (weights differ): "
                          "pass the base model the checkpoint was trained on")

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from mtpedge.runtime.rope import inverse_frequencies, rope_tables
 
+from .checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 from .mtp_adapter import MtpAdapter, MtpConfig
 from .mtp_layout import IGNORE, block_owners, causal_bias, mask_block_layout
 
@@ -175,9 +176,7 @@ class MtpTrainer:
 
 
 def save_checkpoint(path: Path, trainer: MtpTrainer, base_info: dict, data_info: dict) -> None:
-    """Adapter + optimizer + history, written to a temp file and renamed (an interrupted save leaves the old one)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Adapter + optimizer + history, written atomically (an interrupted save leaves the old one)."""
     payload = {
         "format": ADAPTER_FORMAT, "version": ADAPTER_VERSION,
         "mtp_config": trainer.adapter.config.to_dict(), "train_config": asdict(trainer.config),
@@ -185,21 +184,17 @@ def save_checkpoint(path: Path, trainer: MtpTrainer, base_info: dict, data_info:
         "state": trainer.adapter.trainable_state(), "optimizer": trainer.optimizer.state_dict(),
         "history": trainer.history,
     }
-    tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
+    write_checkpoint(payload, path)
 
 
 def load_checkpoint(path: str | Path) -> dict:
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"adapter checkpoint {path} does not exist: train one with `mtpedge train-mtp`")
-    payload = torch.load(path, map_location="cpu", weights_only=False)
-    if not isinstance(payload, dict) or payload.get("format") != ADAPTER_FORMAT:
-        raise ValueError(f"{path} is not an mtpedge MTP adapter checkpoint")
+    """An adapter checkpoint's payload (read safely: a file that asks to run code is refused unread)."""
+    payload = read_checkpoint(path, "MTP adapter", "train one with `mtpedge train-mtp`")
+    if payload.get("format") != ADAPTER_FORMAT:
+        raise CheckpointError(f"{path} is not an mtpedge MTP adapter checkpoint (format {payload.get('format')!r})")
     if payload.get("version") != ADAPTER_VERSION:
-        raise ValueError(f"{path}: adapter version {payload.get('version')}, this mtpedge reads {ADAPTER_VERSION}; "
-                         "retrain with `mtpedge train-mtp`")
+        raise CheckpointError(f"{path}: adapter version {payload.get('version')}, this mtpedge reads "
+                              f"{ADAPTER_VERSION}; retrain with `mtpedge train-mtp`")
     return payload
 
 
@@ -211,12 +206,8 @@ def write_release_copy(checkpoint: str | Path, out: str | Path) -> int:
     history = payload.get("history", [])
     release = {**payload, "optimizer": None, "history": history[-1:],
                "state": {name: value.to(torch.float16) for name, value in payload["state"].items()}}
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
-    torch.save(release, tmp)
-    os.replace(tmp, out)
-    return out.stat().st_size
+    write_checkpoint(release, out)
+    return Path(out).stat().st_size
 
 
 def adapter_from_checkpoint(decoder, payload: dict) -> MtpAdapter:
