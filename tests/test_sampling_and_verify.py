@@ -141,3 +141,16 @@ def test_plain_decoding_is_verification_of_a_one_node_tree():
     path, bonus = verify_tree(DraftTree.single(5), one_hot_logits([2]), greedy)
     assert path == [0] and bonus == 2
 
+
+def test_generate_and_chat_flags_leave_truncation_to_the_defaults():
+    import argparse
+
+    from mtpedge.generate_cmd import add_arguments, sampling_from
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert sampling_from(parser.parse_args(["hi", "--temperature", "0.7", "--seed", "2"])) == \
+        SamplingConfig(temperature=0.7, top_k=40, top_p=0.95, min_p=0.05, seed=2)
+    given = parser.parse_args(["hi", "--temperature", "0.7", "--top-k", "0", "--top-p", "0.5", "--min-p", "0.1"])
+    assert sampling_from(given) == SamplingConfig(temperature=0.7, top_k=0, top_p=0.5, min_p=0.1)
+    assert sampling_from(parser.parse_args(["hi"])) == SamplingConfig()
