@@ -19,7 +19,7 @@ import onnx
 import torch
 
 from mtpedge import __version__
-from mtpedge.runtime.bundle import MANIFEST, GraphEntry, Manifest, TokenizerInfo
+from mtpedge.runtime.bundle import GraphEntry, Manifest, TokenizerInfo, write_manifest
 from mtpedge.runtime.contract import DEFAULT_MASK_VALUE, graph_name
 
 from ..models.loading import LoadedModel, load_model
@@ -117,7 +117,7 @@ def export_bundle(
     tmp.mkdir()
     try:
         manifest = _write_contents(loaded, tmp, config, say, masks)
-        (tmp / MANIFEST).write_text(manifest.to_json())
+        write_manifest(tmp, manifest)  # with every file's size and SHA-256
         if config.quantization is None and config.target_soc is None:
             replace_folder(tmp, out_dir)
         else:  # the float bundle is the quantizer's input and the quality report's reference
