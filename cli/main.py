@@ -19,6 +19,7 @@ COMMANDS = {
     "serve": ("mtpedge.serve_cmd", "OpenAI-compatible local HTTP server (/v1/chat/completions, /v1/completions)"),
     "train-dmtd": ("mtpedge.train_dmtd_cmd", "train DMTD's late-layer decoding copy (and export a DMTD bundle)"),
     "bench": ("mtpedge.bench_cmd", "Spec-Bench questions through every decoding method and peer, plus a width sweep"),
+    "verify": ("mtpedge.verify_cmd", "check a bundle's files against the SHA-256 hashes its export recorded"),
 }
 
 
