@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
+import threading
 
 COMMANDS = {
     "export": ("mtpedge.export_cmd", "export a model (GGUF file or Hugging Face folder) to a bundle"),
@@ -23,6 +25,13 @@ COMMANDS = {
 }
 
 
+def _terminated(signum, frame) -> None:
+    """SIGTERM ends a command as Ctrl-C does, through its cleanup (an export removes its temporary folder),
+    but as SystemExit, so that nothing that catches KeyboardInterrupt (chat's prompt) keeps running."""
+    print("\nterminated", file=sys.stderr)
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     import importlib
 
@@ -38,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     from mtpedge.runtime.bundle import BundleError
     from mtpedge.runtime.kv_cache import ContextOverflowError
 
+    in_main_thread = threading.current_thread() is threading.main_thread()  # where Python runs signal handlers
+    previous = signal.signal(signal.SIGTERM, _terminated) if in_main_thread else None
     try:
         return importlib.import_module(args.module).run(args) or 0
     except (BundleError, ContextOverflowError, ValueError) as err:
@@ -46,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 if __name__ == "__main__":
