@@ -151,20 +151,22 @@ def bundle_file(folder: Path, name: str) -> Path:
     return path
 
 
-def _named_files(value: Any, key: str = "") -> list[str]:
-    """File names in a manifest's extras: values under keys `file`, `*_file` and `context_binaries`."""
-    if isinstance(value, dict):
-        return [n for k, v in value.items() for n in _named_files(v, k)]
-    if isinstance(value, list):
-        return [n for v in value for n in _named_files(v, key)]
-    named = key == "file" or key.endswith("_file") or key in ("context_binaries", "unembedding")
-    return [value] if named and isinstance(value, str) and value != "embeddings" else []
+def _extras_files(extras: dict[str, Any]) -> list[str]:
+    """The files the extras name: shared graph weights, the adapter's, DMTD's parts, QNN context binaries.
+    (Other strings there, such as a training run's data path, are provenance, not bundle files.)"""
+    try:
+        mtp, dmtd, qnn = (extras.get(key) or {} for key in ("mtp", "dmtd", "qnn"))
+        names = [extras.get("weights_file"), mtp.get("masks_file"), mtp.get("sampler_file"), mtp.get("unembedding"),
+                 *(part.get("file") for part in dmtd.get("parts", [])), *qnn.get("context_binaries", [])]
+    except (AttributeError, TypeError) as err:
+        raise BundleError(f"the manifest's extras are malformed ({err}): re-run `mtpedge export`") from err
+    return [name for name in names if name is not None and name != "embeddings"]
 
 
 def _check_locations(folder: Path, manifest: Manifest) -> None:
     """Every named file inside the folder, and no symlink in the folder that leads out of it."""
     names = [manifest.tokenizer.file, manifest.embeddings_file, *(g.file for g in manifest.graphs),
-             *manifest.files, *_named_files(manifest.extras)]
+             *manifest.files, *_extras_files(manifest.extras)]
     for name in names:
         bundle_file(folder, name)
     root = folder.resolve()

@@ -100,6 +100,12 @@ def test_a_manifest_cannot_name_files_outside_the_bundle(folder, tmp_path, where
         Engine.load(folder)
 
 
+def test_provenance_that_names_files_elsewhere_is_not_a_bundle_file(folder):
+    # as the default bundle's extras record where the shipped masks were trained
+    edit_manifest(folder, lambda d: d["extras"].update(training={"data": {"file": "/home/someone/distill.npz"}}))
+    Engine.load(folder)
+
+
 @pytest.mark.parametrize("name", [GRAPH, "weights.data", "embeddings.npy", "tokenizer.json"])
 def test_a_symlink_out_of_the_bundle_is_refused(folder, tmp_path, name):
     outside = tmp_path / "elsewhere"
