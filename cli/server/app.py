@@ -127,6 +127,8 @@ async def _read_json(request: web.Request, timeout_s: float) -> dict[str, Any]:
     except asyncio.TimeoutError as err:
         raise ApiError(408, f"the request body did not arrive within {timeout_s:g} s: send it whole, at once",
                        code="request_timeout") from err
+    except ConnectionResetError as err:  # the client left mid-body: an answer nobody reads, and no traceback
+        raise ApiError(400, "the connection closed before the request body was complete") from err
     # json.loads holds the GIL, but off the loop it is preempted every few ms: a 4 MB body stalls no one
     return await asyncio.to_thread(parse_json_body, raw)
 
