@@ -27,7 +27,7 @@ from typing import Any
 from aiohttp import web
 
 from mtpedge.runtime.drafters import drafter_names
-from mtpedge.runtime.tokenizer import ChatTemplateError
+from mtpedge.runtime.tokenizer import ChatTemplateError, TextTokenizer
 
 from .access import access_guard, check_bind, is_loopback
 from .protocol import ApiError, CompletionRequest, parse_json_body, parse_request
@@ -153,7 +153,7 @@ async def _prompt_ids(worker: EngineWorker, req: CompletionRequest) -> list[int]
     return list(req.prompt)
 
 
-def _encode(tok, req: CompletionRequest) -> list[int]:
+def _encode(tok: TextTokenizer, req: CompletionRequest) -> list[int]:
     if not req.chat:
         return tok.encode(req.prompt)
     try:
