@@ -17,6 +17,7 @@ import signal
 import sys
 
 from mtpedge.bundles import ensure_bundle
+from mtpedge.runtime.sampling import DEFAULT_TEMPERATURE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,8 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--drafter", default="none",
                         help="drafter for requests that name none (none = plain decoding); a request may pick "
                              "another with the extension field `drafter`")
-    parser.add_argument("--temperature", type=float, default=1.0,
-                        help="temperature for requests that name none (default 1.0, as OpenAI's API)")
+    parser.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE,
+                        help=f"temperature for requests that name none (default {DEFAULT_TEMPERATURE}, llama.cpp's "
+                             "and ollama's; OpenAI's API uses 1.0); top-k 40, top-p 0.95 and min-p 0.05 apply "
+                             "unless a request sets them")
     parser.add_argument("--max-queue", type=int, default=64,
                         help="requests allowed to wait for the engine; more get 503 (default 64)")
     parser.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")

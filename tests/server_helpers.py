@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 
 from mtpedge.runtime.engine import Engine
+from mtpedge.runtime.sampling import DEFAULT_TEMPERATURE
 from mtpedge.server.app import ServerConfig, start_server
 from mtpedge.server.worker import EngineWorker
 
@@ -16,8 +17,8 @@ from mtpedge.server.worker import EngineWorker
 class LiveServer:
     """config: further ServerConfig fields (api_key, header_timeout_s, ...)."""
 
-    def __init__(self, bundle: Path, drafter: str = "none", max_queue: int = 64, temperature: float = 1.0,
-                 **config) -> None:
+    def __init__(self, bundle: Path, drafter: str = "none", max_queue: int = 64,
+                 temperature: float = DEFAULT_TEMPERATURE, **config) -> None:
         self.engine = Engine.load(bundle)
         self.worker = EngineWorker(self.engine, drafter, max_queue)
         self.config = ServerConfig(model_id=self.engine.manifest.model_name, default_temperature=temperature,

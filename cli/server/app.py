@@ -27,6 +27,7 @@ from typing import Any
 from aiohttp import web
 
 from mtpedge.runtime.drafters import drafter_names
+from mtpedge.runtime.sampling import DEFAULT_TEMPERATURE
 from mtpedge.runtime.tokenizer import ChatTemplateError, TextTokenizer
 
 from .access import access_guard, check_bind, is_loopback
@@ -40,7 +41,7 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 @dataclass(frozen=True)
 class ServerConfig:
     model_id: str
-    default_temperature: float = 1.0  # OpenAI's default when a request names none
+    default_temperature: float = DEFAULT_TEMPERATURE  # for a request that names none (llama.cpp's; OpenAI's is 1)
     api_key: str | None = None  # required from clients (Authorization: Bearer) when set; see access.py
     # a connection must send a whole request head within this long of opening (or of its last response), and
     # a request its whole body within body_timeout_s: else it is closed (half-sent requests held sockets forever)
