@@ -74,7 +74,7 @@ class EngineWorker:
         self._waiting = 0
         self._running = False
         self._jobs: set[Job] = set()
-        self._mean_job_s = 1.0  # running mean of a job's engine time: the Retry-After estimate of a full queue
+        self._mean_job_s = 1.0  # moving average of a job's engine time: the Retry-After estimate of a full queue
 
     @property
     def waiting(self) -> int:
