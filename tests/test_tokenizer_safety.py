@@ -81,6 +81,11 @@ def copy_bundle(bundle, tmp_path):
 def test_a_garbage_tokenizer_file_is_named_before_the_graphs_load(bundle, tmp_path, capsys):
     folder = copy_bundle(bundle, tmp_path)
     (folder / "tokenizer.json").write_bytes(b"\x00garbage{" * 100)
+    with pytest.raises(BundleError, match="tokenizer.json has 900 bytes, but its export wrote"):
+        Engine.load(folder)  # the manifest's record of sizes sees it first
+    manifest = json.loads((folder / "manifest.json").read_text())
+    del manifest["files"]  # as in a bundle exported before sizes were recorded
+    (folder / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(BundleError, match="tokenizer.json cannot be read as a tokenizer.*re-run `mtpedge export`"):
         Engine.load(folder)
     assert main(["generate", "hi", "--bundle", str(folder)]) == 2
