@@ -9,6 +9,8 @@
 from __future__ import annotations
 
 import logging
+from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -150,10 +152,12 @@ class Engine:
         return self.run_block(self.tree_embeddings(tree, slot_embeddings), tree.parents, gate)
 
     def prefill(self, token_ids: list[int] | np.ndarray) -> np.ndarray:
-        """Run and commit `token_ids` after the cache's contents, in chunks of the prefill graph's width.
+        """Run and commit `token_ids` after the cache's contents; returns the last token's logits (vocab,)."""
+        last = deque(self.prefill_chunks(token_ids), maxlen=1)[0]  # only the last chunk's output is kept
+        return last.logits[-1]
 
-        Returns the logits of the last token (vocab,).
-        """
+    def prefill_chunks(self, token_ids: list[int] | np.ndarray) -> Iterator[GraphOutput]:
+        """Run and commit `token_ids` in chunks of the prefill graph's width, yielding each chunk's output."""
         tokens = np.asarray(token_ids, dtype=np.int64)
         if tokens.size == 0:
             raise ValueError("prefill needs at least one token")
@@ -163,14 +167,12 @@ class Engine:
                 f"{self.context} context positions are free: shorten the prompt or export with a larger --context"
             )
         chunk = self.graphs.prefill_width
-        logits = None
         for start in range(0, tokens.size, chunk):
             part = tokens[start: start + chunk]
             chain = np.arange(-1, part.size - 1)  # a chain is plain causal attention
             out = self.run_block(self.embed(part), chain)
             self.cache.commit_accepted_kv(out.new_keys, out.new_values, np.arange(part.size))
-            logits = out.logits[-1]
-        return logits
+            yield out
 
     def reset(self) -> None:
         self.cache.reset()
