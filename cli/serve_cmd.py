@@ -2,6 +2,10 @@
 
     curl http://127.0.0.1:8000/v1/chat/completions -H 'Content-Type: application/json' \\
          -d '{"messages": [{"role": "user", "content": "Hi"}], "stream": true}'
+
+A request may pick its drafter with the extension field `drafter`, a spec as everywhere else in mtpedge
+(e.g. "drafter": "hybrid:width=32"; `mtpedge drafters` lists them); without it, --drafter's applies. Through the
+`openai` client: `extra_body={"drafter": "lookup"}`.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import signal
 import sys
 
 from mtpedge.bundles import ensure_bundle
+from mtpedge.generate_cmd import drafter_spec
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,9 +28,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="address to listen on (default 127.0.0.1: this machine only; the server has no "
                              "authentication, so think twice before binding anything else)")
     parser.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0 = any free port)")
-    parser.add_argument("--drafter", default="none",
-                        help="drafter for requests that name none (none = plain decoding); a request may pick "
-                             "another with the extension field `drafter`")
+    parser.add_argument("--drafter", type=drafter_spec, default="none", metavar="SPEC",
+                        help="drafter for requests that name none, e.g. hybrid:width=32 (none = plain decoding, the "
+                             "default; `mtpedge drafters` lists them); a request may pick another with the extension "
+                             "field `drafter`")
     parser.add_argument("--temperature", type=float, default=1.0,
                         help="temperature for requests that name none (default 1.0, as OpenAI's API)")
     parser.add_argument("--max-queue", type=int, default=64,
@@ -47,13 +53,11 @@ def run(args: argparse.Namespace) -> int:
         import aiohttp  # noqa: F401
     except ImportError as err:
         raise SystemExit("mtpedge serve needs aiohttp: `pip install 'mtpedge[serve]'`") from err
-    from mtpedge.runtime.drafters import drafter_names
+    from mtpedge.runtime.drafters import make_drafter
     from mtpedge.runtime.engine import Engine
     from mtpedge.server.app import ServerConfig
     from mtpedge.server.worker import EngineWorker
 
-    if args.drafter not in drafter_names():
-        raise ValueError(f"unknown drafter {args.drafter!r}: choose one of {', '.join(drafter_names())}")
     if not 0 <= args.temperature <= 2:
         raise ValueError(f"--temperature must be in [0, 2], got {args.temperature}")
     if args.max_queue < 1:
@@ -61,7 +65,9 @@ def run(args: argparse.Namespace) -> int:
     if not is_loopback(args.host):
         print(f"warning: listening on {args.host}, not a loopback address: anyone who can reach it can use the "
               "model (there is no authentication)", file=sys.stderr)
-    engine = Engine.load(ensure_bundle(args.bundle, args.model, args.context), threads=args.threads)
+    engine = Engine.load(ensure_bundle(args.bundle, args.model, args.context, mtp=args.drafter.name == "mtp"),
+                         threads=args.threads)
+    make_drafter(args.drafter, engine)  # refuse now, not at the first request, a drafter the bundle cannot run
     worker = EngineWorker(engine, args.drafter, args.max_queue)
     config = ServerConfig(model_id=engine.manifest.model_name, default_temperature=args.temperature)
     try:

@@ -11,8 +11,10 @@ from mtpedge.bench.report import validate_report
 from mtpedge.main import main
 from mtpedge.runtime.drafters import drafter_names
 
-# mtp needs a bundle with a trained adapter (tests/test_mtp_decode.py); on this plain bundle it is "missing"
-PLAIN_DRAFTERS = [name for name in drafter_names() if name != "mtp"]
+# mtp needs a bundle with a trained adapter (tests/test_mtp_decode.py), dmtd-spec and dmtd a DMTD bundle
+# (tests/test_dmtd_runtime.py); on this plain bundle they are "missing"
+NEEDS_A_BUNDLE_OF_ITS_OWN = ("mtp", "dmtd-spec", "dmtd")
+PLAIN_DRAFTERS = [name for name in drafter_names() if name not in NEEDS_A_BUNDLE_OF_ITS_OWN]
 OPTION_METHOD = "lookup:width=4:max_ngram=2"  # a drafter with options is a method of its own
 
 

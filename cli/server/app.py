@@ -22,8 +22,6 @@ from typing import Any
 import jinja2
 from aiohttp import web
 
-from mtpedge.runtime.drafters import drafter_names
-
 from .protocol import ApiError, CompletionRequest, parse_json_body, parse_request
 from .worker import EngineWorker, Failed, Finished, Job, TextDelta
 
@@ -78,7 +76,7 @@ async def health(request: web.Request) -> web.Response:
     worker = request.app[WORKER]
     return web.json_response({"status": "ok", "model": request.app[CONFIG].model_id, "busy": worker.busy,
                               "waiting": worker.waiting, "context": worker.engine.context,
-                              "drafter": worker.default_drafter})
+                              "drafter": str(worker.default_drafter)})
 
 
 def _model_card(request: web.Request) -> dict[str, Any]:
@@ -135,10 +133,7 @@ def _make_job(worker: EngineWorker, req: CompletionRequest, prompt_ids: list[int
                             f"were requested ({len(prompt_ids)} in the {what}, {req.max_tokens} in max_tokens): "
                             f"lower max_tokens to at most {room} or shorten the input", param="max_tokens",
                        code="context_length_exceeded")
-    drafter = req.drafter or worker.default_drafter
-    if drafter not in drafter_names():
-        raise ApiError(400, f"unknown drafter {drafter!r}: choose one of {', '.join(drafter_names())}",
-                       param="drafter")
+    drafter = worker.check_drafter(req.drafter or worker.default_drafter, req.sampling)
     return Job(prompt_ids, req.max_tokens or room, req.sampling, req.stop, drafter)
 
 
