@@ -41,7 +41,7 @@ def test_a_spec_prints_as_it_parses_and_keys_a_cache():
     ("hybrid:width=3.5", "option width takes an integer"),
     ("esp:mask_update=fast", "option mask_update takes a number"),
     ("mtp:lookup=maybe", "option lookup takes true or false"),
-    ("esp:mask_init=zeros", "unknown mask init 'zeros': choose one of soft, hard, sample, mean, learned"),
+    ("esp:mask_init=zeros", "unknown mask init 'zeros': choose soft, hard, sample, mean or learned"),
     ("esp:tree=spiral", "unknown tree 'spiral'"),
     ("esp:masks=1:tree=static:3,1", "2 depths but only 1 mask slot"),
     ("esp:masks=4", "mask slots must be 1..3"),

@@ -171,8 +171,8 @@ def make_spec(name: str, options: Mapping[str, Any], registry: Mapping[str, type
     for key, value in values.items():
         choices = declared[key][1].metadata.get("choices")
         if choices and value not in choices:
-            raise ValueError(f"drafter {name!r}: unknown {key.replace('_', ' ')} {value!r}: choose one of "
-                             f"{', '.join(choices)}")
+            raise ValueError(f"drafter {name!r}: unknown {key.replace('_', ' ')} {value!r}: choose "
+                             f"{', '.join(choices[:-1])} or {choices[-1]}")
     try:
         options_class(**values)  # its __post_init__ checks what needs no bundle
     except ValueError as err:
