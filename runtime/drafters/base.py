@@ -7,8 +7,8 @@ default, help, choices) are what a spec is checked against and what the help tex
 impossible setting is refused when the spec is parsed, before any engine loads, naming the valid options.
 
 Spec syntax: NAME[:KEY=VALUE]...; `-` and `_` in keys are the same; a piece without `=` continues the previous
-value (esp:tree=static:6,1). Values are read as the option's declared type: int, float, bool (true / false),
-str, or a comma-separated list of ints.
+value (esp:tree=static:6,1). Values are read as the option's declared type: int, float, bool (true / false) or
+str.
 """
 
 from __future__ import annotations
@@ -86,11 +86,7 @@ class DrafterSpec:
 
 
 def _format(value: Any) -> str:
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, tuple):
-        return ",".join(str(v) for v in value)
-    return str(value)
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def option_fields(options_class: type) -> dict[str, tuple[Any, dataclasses.Field]]:
@@ -116,9 +112,7 @@ def _from_text(kind: Any, text: str) -> Any:
         if text not in TRUE + FALSE:
             raise ValueError(text)
         return text in TRUE
-    if kind in (int, float):
-        return kind(text)
-    return tuple(int(v) for v in text.split(","))  # a list of ints
+    return kind(text)
 
 
 def _is_a(kind: Any, value: Any) -> bool:
@@ -128,23 +122,18 @@ def _is_a(kind: Any, value: Any) -> bool:
         return False
     if kind is int:
         return isinstance(value, int)
-    if kind is float:
-        return isinstance(value, int | float) and math.isfinite(value)
-    return isinstance(value, tuple) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    return isinstance(value, int | float) and math.isfinite(value)  # a float option
 
 
 def _convert(drafter: str, key: str, declared: Any, value: Any) -> Any:
     """`value` (text from a spec, or a Python value) as the option's declared type; ValueError if it is not one."""
     kind = _base_type(declared)
-    problem = ValueError(f"drafter {drafter!r}: option {key} takes {TYPE_WORDS.get(kind, 'integers a,b,...')}, "
-                         f"got {value!r}")
+    problem = ValueError(f"drafter {drafter!r}: option {key} takes {TYPE_WORDS[kind]}, got {value!r}")
     if isinstance(value, str) and kind is not str:
         try:
             value = _from_text(kind, value)
         except ValueError as err:
             raise problem from err
-    if isinstance(value, list):
-        value = tuple(value)
     if not _is_a(kind, value):
         raise problem
     return float(value) if kind is float else value
@@ -181,7 +170,8 @@ def make_spec(name: str, options: Mapping[str, Any], registry: Mapping[str, type
 
 
 def parse_spec(text: str, registry: Mapping[str, type]) -> DrafterSpec:
-    """"hybrid:width=32:masks=2" -> DrafterSpec("hybrid", (("width", 32), ("masks", 2))), checked."""
+    """"hybrid:width=32:masks=2" -> DrafterSpec("hybrid", (("masks", 2), ("width", 32))), checked (options in the
+    order the drafter declares them)."""
     name, *pieces = text.strip().split(":")
     if not name:
         raise ValueError(f"drafter spec {text!r} has no name: write NAME[:KEY=VALUE]..., e.g. hybrid:width=32")
@@ -223,7 +213,7 @@ def describe(registry: Mapping[str, type]) -> str:
         summary = (cls.__doc__ or "").strip().splitlines()[0]
         lines.append(f"{name}: {summary}{'  [LOSSY]' if cls.lossy else ''}")
         for key, (declared, f) in option_fields(cls.Options).items():
-            kind = getattr(_base_type(declared), "__name__", "ints")
+            kind = _base_type(declared).__name__
             choices = f.metadata.get("choices")
             values = "|".join(choices) if choices else kind
             default = "auto" if f.default is None else _format(f.default)
