@@ -55,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("mtpedge serve needs aiohttp: `pip install 'mtpedge[serve]'`") from err
     from mtpedge.runtime.drafters import make_drafter
     from mtpedge.runtime.engine import Engine
+    from mtpedge.runtime.generate import LOSSY_WARNING
     from mtpedge.server.app import ServerConfig
     from mtpedge.server.worker import EngineWorker
 
@@ -67,7 +68,9 @@ def run(args: argparse.Namespace) -> int:
               "model (there is no authentication)", file=sys.stderr)
     engine = Engine.load(ensure_bundle(args.bundle, args.model, args.context, mtp=args.drafter.name == "mtp"),
                          threads=args.threads)
-    make_drafter(args.drafter, engine)  # refuse now, not at the first request, a drafter the bundle cannot run
+    drafter = make_drafter(args.drafter, engine)  # refuse now, not at the first request, what the bundle cannot run
+    if drafter is not None and drafter.lossy:
+        print(f"warning: {LOSSY_WARNING.format(name=drafter.name)}", file=sys.stderr)
     worker = EngineWorker(engine, args.drafter, args.max_queue)
     config = ServerConfig(model_id=engine.manifest.model_name, default_temperature=args.temperature)
     try:
