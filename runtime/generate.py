@@ -123,7 +123,7 @@ def generate(
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     sampler = Sampler(sampling or SamplingConfig())
     lossy = bool(drafter and drafter.lossy)
-    if lossy and sampler.config.temperature > 0:
+    if lossy and not sampler.config.greedy:
         raise ValueError(f"{drafter.name} is lossy and decodes greedily only: drop the temperature, or use a "
                          "lossless drafter")
     stops = engine.stop_token_ids if stop_token_ids is None else set(stop_token_ids)
@@ -151,19 +151,19 @@ def generate(
 
     def emit(tokens: list[int]) -> bool:
         """Append tokens up to a stop token or the limit; True when generation is finished."""
-        out = []
+        kept = []
         for token in tokens:
             if token in stops:
                 stats.finish_reason = "stop"
                 break
-            out.append(token)
-            if len(new) + len(out) >= max_new_tokens:
+            kept.append(token)
+            if len(new) + len(kept) >= max_new_tokens:
                 stats.finish_reason = "length"
                 break
-        new.extend(out)
-        context.extend(out)
-        if out and on_tokens:
-            on_tokens(out)
+        new.extend(kept)
+        context.extend(kept)
+        if kept and on_tokens:
+            on_tokens(kept)
         return bool(stats.finish_reason)
 
     root = sampler.choose(judge(out)[-1])
