@@ -66,7 +66,7 @@ def read_message(read: Callable[[str], str]) -> str:
 
 def repl(session: ChatSession, read: Callable[[str], str] = input, out=sys.stdout, err=sys.stderr) -> int:
     """The loop: read a message or a command, stream the reply; returns the exit status."""
-    from mtpedge.chat_session import ContextFullError
+    from mtpedge.chat_session import MessageRefused
 
     def say(message: str) -> None:
         print(message, file=err, flush=True)
@@ -91,7 +91,7 @@ def repl(session: ChatSession, read: Callable[[str], str] = input, out=sys.stdou
         try:
             with ctrl_c_stops() as stopped:
                 reply = session.reply(text, lambda delta: print(delta, end="", file=out, flush=True), stopped)
-        except ContextFullError as error:
+        except MessageRefused as error:  # too long for the context, refused by the chat template, invalid text
             say(f"(not sent: {error})")
             continue
         print(file=out, flush=True)
@@ -137,6 +137,13 @@ def run_command(session: ChatSession, line: str, say: Callable[[str], None]) -> 
                 say(f"({error})")
     elif name == "/system":
         if arg:
+            from mtpedge.runtime.tokenizer import check_text
+
+            try:
+                check_text(arg, "the system prompt")
+            except ValueError as error:
+                say(f"({error})")
+                return False
             session.system = arg
             session.reset()
             say("(system prompt set; conversation cleared)")

@@ -24,7 +24,11 @@ class Reply:
     stopped: bool  # interrupted by the user (Ctrl-C)
 
 
-class ContextFullError(ValueError):
+class MessageRefused(ValueError):
+    """The message cannot be sent (the conversation is left as it was); the message says why and what to do."""
+
+
+class ContextFullError(MessageRefused):
     """The newest message alone does not fit in the context."""
 
 
@@ -76,8 +80,15 @@ class ChatSession:
 
     def reply(self, text: str, on_text: Callable[[str], None] = lambda _: None,
               should_stop: Callable[[], bool] = lambda: False) -> Reply:
+        """The reply to `text`, streamed to on_text; MessageRefused (nothing sent, nothing changed) when the message
+        cannot be put into the prompt."""
         history = [*self.history, {"role": "user", "content": text}]
-        prompt_ids, dropped = self._fit(history)
+        try:
+            prompt_ids, dropped = self._fit(history)
+        except ContextFullError:
+            raise
+        except ValueError as err:  # the chat template refused the conversation, or the text is not valid Unicode
+            raise MessageRefused(str(err)) from err
         tok = self.engine.tokenizer
         stream = StreamDecoder(tok)
         limit = self.engine.context - len(prompt_ids)  # to the end of the context, unless a limit is set

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -10,7 +12,7 @@ import sys
 import pytest
 
 from mtpedge.chat_cmd import read_message, repl
-from mtpedge.chat_session import ChatSession, ContextFullError
+from mtpedge.chat_session import ChatSession, ContextFullError, MessageRefused
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import generate
 from mtpedge.runtime.sampling import SamplingConfig
@@ -141,6 +143,30 @@ def test_commands(engine):
     assert "unknown drafter 'nonsense'" in err and "(drafter: none)" in err
     assert "system prompt: Speak like a pirate" in err and "unknown command /bogus" in err
     assert session.history == [] and session.system == "Speak like a pirate"
+
+
+def test_a_message_the_template_or_the_tokenizer_refuses_is_answered_and_the_chat_goes_on(bundle, tmp_path):
+    """#18 in the chat: an invalid message or a chat-template error is said, the conversation stays, the next
+    message is answered (before, either one ended the session with `mtpedge: error: ...`)."""
+    folder = shutil.copytree(bundle, tmp_path / "bundle")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    # a template that refuses one kind of message, as real ones refuse e.g. a system turn or two user turns in a row
+    manifest["tokenizer"]["chat_template"] = (
+        "{% for m in messages %}{% if m['content'] == 'forbidden' %}{{ raise_exception('no forbidden words') }}"
+        "{% endif %}{{ m['role'] + ': ' + m['content'] + '\\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}assistant: {% endif %}")
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    session = ChatSession(Engine.load(folder), GREEDY, 4)
+    status, out, err = run_repl(session, ["hello", "forbidden", "bad \udcff byte", "/system \ud800",
+                                          "and again", "/quit"])
+    assert status == 0
+    assert "(not sent: the model's chat template refused the conversation: no forbidden words)" in err
+    assert "(not sent: message 2 holds a lone surrogate" in err
+    assert "(the system prompt holds a lone surrogate" in err and session.system is None
+    assert session.replies == 2 and [m["content"] for m in session.history[::2]] == ["hello", "and again"]
+    with pytest.raises(MessageRefused, match="no forbidden words"):
+        session.reply("forbidden")
+    assert session.replies == 2 and len(session.history) == 4
 
 
 class InterruptingOutput(io.StringIO):
