@@ -226,7 +226,8 @@ def test_export_cli_quantizes_with_the_precision_option(tiny_model_dir, tmp_path
 @pytest.mark.slow
 def test_smollm2_gguf_grid_keeps_the_float_argmax(smollm2_bundle, tmp_path):
     """The real Q4_1 + Q8_0 GGUF: every MatMul found in the file (q/k rows permuted by the loader), top-1 kept."""
-    from mtpedge.export.quality import HELD_TEXT, sequence_logits
+    from mtpedge.export.quality import sequence_logits
+    from mtpedge.models.held_text import HELD_TEXT
     from mtpedge.models.loading import default_model_path
 
     config = QuantConfig(weights="gguf", quality_report=False)
