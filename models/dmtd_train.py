@@ -20,10 +20,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..export.quality import HELD_TEXT
 from .checkpoint import read_checkpoint, write_checkpoint
 from .decoder import Decoder
 from .dmtd import DmtdHead, cyclic_gate, dmtd_logits, perplexities, thinking_hidden
+from .held_text import HELD_TEXT
 from .loading import LoadedModel
 
 log = logging.getLogger(__name__)
