@@ -19,6 +19,8 @@ import numpy as np
 
 from .tree import SLOT, DraftTree
 
+MAX_MASK_SLOTS = 3  # k: mask slots a token node may carry (ESP's k = 1..3; static trees are templated for each)
+
 
 def top_tokens(probs: np.ndarray, count: int, exclude: int | None = None) -> np.ndarray:
     """The `count` most probable token ids of `probs` (vocab,), best first, ties by lower id.

@@ -18,9 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .mask_embeddings import MAX_MASK_SLOTS
 from .tree import tree_layout
-from .tree_build import attach_mask_slots, default_static_widths, static_tree_parents
+from .tree_build import MAX_MASK_SLOTS, attach_mask_slots, default_static_widths, static_tree_parents
 
 TEMPLATES_KEY = "tree_templates"
 

@@ -12,9 +12,9 @@ from mtpedge.models.loading import load_model
 from mtpedge.models.mtp_adapter import MtpAdapter, MtpConfig
 from mtpedge.models.mtp_training import MtpTrainer, TrainConfig, save_checkpoint
 from mtpedge.runtime.drafters import make_drafter
+from mtpedge.runtime.drafters.mtp_head import SamplerHead, learned_masks
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import generate
-from mtpedge.runtime.mtp_head import SamplerHead, learned_masks
 from tests.conftest import TINY_CONTEXT, TINY_DECODE_WIDTHS, TINY_PREFILL
 
 PROMPTS = [[1, 5, 9, 2], [7, 7, 7, 7, 7, 7], [3, 14, 15, 92, 65, 35, 89], [42], [11, 12, 13, 14, 15, 16, 17, 18]]

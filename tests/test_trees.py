@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mtpedge.runtime.attention_bias import CachedAttentionBias
-from mtpedge.runtime.mask_embeddings import MaskConfig, initial_masks, updated_masks
+from mtpedge.runtime.drafters.mask_embeddings import MaskConfig, initial_masks, updated_masks
 from mtpedge.runtime.ngram import ngram_continuations
 from mtpedge.runtime.tree import SLOT, tree_layout
 from mtpedge.runtime.tree_build import (

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from golden_common import f32, write
 from mtpedge.runtime.acceptance import DepthRates
-from mtpedge.runtime.mask_embeddings import MaskConfig, MaskEmbeddings
+from mtpedge.runtime.drafters.mask_embeddings import MaskConfig, MaskEmbeddings
 from mtpedge.runtime.ngram import ngram_continuations
 from mtpedge.runtime.tree_build import (
     attach_mask_slots,

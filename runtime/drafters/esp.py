@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..mask_embeddings import MASK_INITS, MAX_MASK_SLOTS, MaskConfig, MaskEmbeddings
 from ..tree import DraftTree
 from ..tree_build import (
+    MAX_MASK_SLOTS,
     attach_mask_slots,
     default_static_widths,
     mask_pool,
@@ -32,6 +32,7 @@ from ..tree_build import (
     static_tree,
 )
 from .base import Drafter, option, width_for
+from .mask_embeddings import MASK_INITS, MaskConfig, MaskEmbeddings
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -66,7 +67,7 @@ class MaskProbe:
         # learned masks: the adapter's; if it was trained with LoRA, its gate goes on at the mask slots
         self.lora_on_slots = False
         if config.init == "learned":
-            from ..mtp_head import learned_masks, mtp_extras
+            from .mtp_head import learned_masks, mtp_extras
 
             learned = learned_masks(engine)
             self.lora_on_slots = bool(mtp_extras(engine).get("rank"))

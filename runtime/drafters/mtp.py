@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..mtp_head import SamplerHead, learned_masks, mtp_extras
 from ..tree import SLOT, DraftTree
 from ..tree_build import (
     attach_mask_slots,
@@ -51,6 +50,7 @@ from ..tree_build import (
 )
 from .base import Drafter, option, width_for
 from .lookup import NgramSource
+from .mtp_head import SamplerHead, learned_masks, mtp_extras
 
 if TYPE_CHECKING:
     from ..engine import Engine

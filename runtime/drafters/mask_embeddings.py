@@ -9,7 +9,7 @@ Initialisations (all from the input embedding table E, shape (vocab, d)):
     hard    m_j = E[j-th of the last k prompt tokens] ("last-K")
     sample  m_j ~ N(mu, sigma^2), mu/sigma per dimension over all of E (seeded: reproducible)
     mean    m_j = mu, the mean row of E ("vocab-mean": sigma = 0; best on SmolLM2 in measurement)
-    learned m_j = the j-th trained mask of the bundle's multi-token adapter (`mtpedge train-mtp`, runtime/mtp_head)
+    learned m_j = the j-th trained mask of the bundle's multi-token adapter (`mtpedge train-mtp`, drafters/mtp_head.py)
 Online update after every committed token e: m_j <- m_j + lam * (E[e] - m_j), for every j and every init.
 """
 
@@ -20,8 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..tree_build import MAX_MASK_SLOTS
+
 MASK_INITS = ("soft", "hard", "sample", "mean", "learned")
-MAX_MASK_SLOTS = 3
 
 
 @dataclass(frozen=True)

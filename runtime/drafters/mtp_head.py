@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .bundle import BundleError
+from ..bundle import BundleError
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from ..engine import Engine
 
 
 def mtp_extras(engine: Engine) -> dict:
