@@ -70,6 +70,14 @@ def validate_parents(parents: np.ndarray) -> None:
         raise ValueError(f"parents[{i}] = {parents[i]}: each node's parent must be an earlier node (0 <= p < {i})")
 
 
+def node_depths(parents: np.ndarray) -> np.ndarray:
+    """(n,) distance of every node from the root, for parents in topological order (parents[0] = -1)."""
+    depth = np.zeros(len(parents), dtype=np.int64)
+    for i in range(1, len(parents)):  # small trees (tens of nodes): a plain loop reads best
+        depth[i] = depth[parents[i]] + 1
+    return depth
+
+
 def tree_layout(parents: np.ndarray) -> TreeLayout:
     """Attention rows, depths and root-to-leaf paths of the tree given by `parents` (topologically ordered).
 
@@ -85,14 +93,11 @@ def tree_layout(parents: np.ndarray) -> TreeLayout:
     validate_parents(parents)
     n = parents.shape[0]
     visible = np.zeros((n, n), dtype=bool)
-    depth = np.zeros(n, dtype=np.int64)
     visible[0, 0] = True
     for i in range(1, n):  # parents come first, so each row extends its parent's finished row
-        p = parents[i]
-        visible[i] = visible[p]
+        visible[i] = visible[parents[i]]
         visible[i, i] = True
-        depth[i] = depth[p] + 1
     has_child = np.zeros(n, dtype=bool)
     has_child[parents[1:]] = True
     paths = tuple(tuple(int(j) for j in np.flatnonzero(visible[leaf])) for leaf in np.flatnonzero(~has_child))
-    return TreeLayout(visible=visible, depth=depth, paths=paths)
+    return TreeLayout(visible=visible, depth=node_depths(parents), paths=paths)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .tree import SLOT, DraftTree
+from .tree import SLOT, DraftTree, node_depths
 
 MAX_MASK_SLOTS = 3  # k: mask slots a token node may carry (ESP's k = 1..3; static trees are templated for each)
 
@@ -171,12 +171,11 @@ def select_tree_scored(tokens: np.ndarray, parents: np.ndarray, scores: np.ndarr
     if budget < 1:
         raise ValueError(f"a tree budget must be >= 1, got {budget}")
     merged = np.arange(n)  # pool index -> representative pool index
-    depth = np.zeros(n, dtype=np.int64)
+    depth = node_depths(parents)  # a merged node has its representative's depth (they are siblings)
     score = np.asarray(scores, dtype=np.float64).copy()
     seen: dict[tuple[int, int], int] = {}
     for i in range(1, n):  # small pools (tens of nodes): a plain loop reads best
         parent = int(merged[parents[i]])
-        depth[i] = depth[parent] + 1
         score[i] = min(score[i], score[parent])
         key = (parent, int(tokens[i]))
         if key in seen:
@@ -240,9 +239,7 @@ def mask_owners_by_value(parents: np.ndarray, scores: np.ndarray, width: int, k:
     Returns (kept nodes: indices into the tree, ascending, so still BFS; owners: indices into the kept nodes).
     """
     size = parents.shape[0]
-    depth = np.zeros(size, dtype=np.int64)
-    for i in range(1, size):
-        depth[i] = depth[parents[i]] + 1
+    depth = node_depths(parents)
     rank = np.lexsort((np.arange(size), depth, -scores))  # parents before children (scores are capped)
     deepest = np.zeros(size)
     best_value, best_n, best_owners = -1.0, 1, np.zeros(0, dtype=np.int64)

@@ -15,20 +15,13 @@ import numpy as np
 
 from ..acceptance import DepthRates
 from ..ngram import ngram_continuations
-from ..tree import DraftTree
+from ..tree import DraftTree, node_depths
 from ..tree_build import chain_pool, select_tree
 from .base import Drafter, option, width_for
 
 if TYPE_CHECKING:
     from ..engine import Engine
     from ..graphs import GraphOutput
-
-
-def node_depths(parents: np.ndarray) -> np.ndarray:
-    depth = np.zeros(parents.shape[0], dtype=np.int64)
-    for i in range(1, parents.shape[0]):  # parents come first
-        depth[i] = depth[parents[i]] + 1
-    return depth
 
 
 class NgramSource:
