@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .decoder import Decoder, RMSNorm
+from .decoder import Decoder, RMSNorm, run_layers
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -129,10 +129,7 @@ class MtpAdapter(nn.Module):
         """One decoder call: (final-normed hidden (1, N, d), new K/V list); gate (1, N) or None (= base)."""
         self.gate.value = gate
         try:
-            h, new_kv = embeds, []
-            for i, layer in enumerate(self.decoder.model.layers):
-                h, k, v = layer(h, bias, cos, sin, past[2 * i], past[2 * i + 1])
-                new_kv += [k, v]
+            h, new_kv = run_layers(self.decoder.model.layers, embeds, bias, cos, sin, past)
             return self.decoder.model.norm(h), new_kv
         finally:
             self.gate.value = None
