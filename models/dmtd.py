@@ -92,8 +92,7 @@ class Causal:
         self.past = torch.zeros(1, cfg.num_kv_heads, 0, cfg.head_dim)
 
     def run(self, layers, h: torch.Tensor) -> torch.Tensor:
-        for layer in layers:
-            h, _, _ = layer(h, self.bias, self.cos, self.sin, self.past, self.past)
+        h, _ = run_layers(layers, h, self.bias, self.cos, self.sin, [self.past] * (2 * len(layers)))
         return h
 
 
