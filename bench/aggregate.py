@@ -12,6 +12,8 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from statistics import fmean
 
+from mtpedge.runtime.generate import accepted_drafts, calls_reaching_depth
+
 from .runner import BASELINE, Row
 
 OVERALL = "overall"
@@ -30,15 +32,12 @@ def accepted_histogram(rows: Sequence[Row]) -> dict[int, int] | None:
 def acceptance_by_depth(histogram: dict[int, int]) -> dict[int, float]:
     """{d: share of calls that accepted >= d drafts} for d = 1 .. the deepest acceptance seen."""
     calls = sum(histogram.values())
-    deepest = max(histogram, default=0)
-    return {d: sum(v for k, v in histogram.items() if k >= d) / calls for d in range(1, deepest + 1)} if calls else {}
+    return {d: n / calls for d, n in calls_reaching_depth(histogram).items()} if calls else {}
 
 
 def tau(histogram: dict[int, int] | None) -> float | None:
-    if histogram is None:
-        return None
-    calls = sum(histogram.values())
-    return 1.0 + sum(k * v for k, v in histogram.items()) / calls if calls else None
+    calls = sum(histogram.values()) if histogram is not None else 0
+    return 1.0 + accepted_drafts(histogram) / calls if calls else None
 
 
 def summarize_group(rows: Sequence[Row], baseline_rows: dict[tuple, Row]) -> dict:

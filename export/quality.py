@@ -22,7 +22,7 @@ import numpy as np
 from mtpedge.models.held_text import HELD_TEXT
 from mtpedge.runtime.bundle import Manifest, write_manifest
 from mtpedge.runtime.engine import Engine
-from mtpedge.runtime.generate import generate
+from mtpedge.runtime.generate import accepted_drafts, generate
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ def quality_report(bundle: str | Path, reference: str | Path, progress: Callable
         for label, engine in engines.items():
             stats = [generate(engine, _prompt_ids(engine, p), GREEDY_TOKENS, stop_token_ids=set(), on_overflow="stop",
                               drafter=make_drafter(name, engine)).stats for p in PROMPTS]
-            accepted = sum(k * v for s in stats for k, v in s.accepted_histogram.items())
+            accepted = sum(accepted_drafts(s.accepted_histogram) for s in stats)
             taus[label] = round(1 + accepted / max(1, sum(s.decode_calls for s in stats)), 3)  # as tokens_per_call
         report["tau"][name] = {**taus, "change": round(taus["quantized"] - taus["float32"], 3)}
     if not DRAFTERS:

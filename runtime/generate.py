@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,6 +23,17 @@ from .verify import accepted_tokens, verify_tree
 OVERFLOW_POLICIES = ("error", "stop")
 LOSSY_WARNING = ("{name} is LOSSY: its drafted tokens are emitted without verification, so the output differs from "
                  "the model's own; use a lossless drafter (e.g. dmtd-spec) for identical output")
+
+
+def accepted_drafts(histogram: Mapping[int, int]) -> int:
+    """Drafts accepted in all, from a histogram {k: decode calls that accepted k drafts}."""
+    return sum(k * calls for k, calls in histogram.items())
+
+
+def calls_reaching_depth(histogram: Mapping[int, int]) -> dict[int, int]:
+    """{d: decode calls that accepted at least d drafts} for d = 1 .. the deepest acceptance in the histogram."""
+    deepest = max(histogram, default=0)
+    return {d: sum(calls for k, calls in histogram.items() if k >= d) for d in range(1, deepest + 1)}
 
 
 @dataclass
@@ -47,16 +58,12 @@ class GenerationStats:
     @property
     def tokens_per_call(self) -> float:
         """τ: tokens committed per decode call (accepted drafts + the call's own token); plain decoding = 1."""
-        if not self.decode_calls:
-            return 1.0
-        accepted = sum(k * v for k, v in self.accepted_histogram.items())
-        return 1.0 + accepted / self.decode_calls
+        return 1.0 + accepted_drafts(self.accepted_histogram) / self.decode_calls if self.decode_calls else 1.0
 
     @property
     def accepted_per_depth(self) -> dict[int, int]:
         """Calls whose accepted path reached draft depth d (d = 1, 2, ...): a depth-wise acceptance count."""
-        deepest = max(self.accepted_histogram, default=0)
-        return {d: sum(v for k, v in self.accepted_histogram.items() if k >= d) for d in range(1, deepest + 1)}
+        return calls_reaching_depth(self.accepted_histogram)
 
     @property
     def decode_seconds(self) -> float:
