@@ -6,6 +6,8 @@ model's own conditional, in the same order), and its distribution matches plain 
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import pytest
 
@@ -53,7 +55,8 @@ def fuzzed_prompts(engine: Engine, count: int, seed: int) -> list[list[int]]:
 def test_greedy_output_equals_plain_decoding(engines, arch, name, options):
     engine = engines[arch]
     drafter = make_drafter(name, engine, **options)
-    for prompt in fuzzed_prompts(engine, 6, seed=hash((arch, name)) % 1000):
+    # a seed of its own per case, the same in every run (str hashes change with PYTHONHASHSEED)
+    for prompt in fuzzed_prompts(engine, 6, seed=zlib.crc32(repr((arch, name, options)).encode())):
         plain = generate(engine, prompt, 40, stop_token_ids=set())
         drafted = generate(engine, prompt, 40, stop_token_ids=set(), drafter=drafter)
         assert drafted.token_ids == plain.token_ids
