@@ -29,6 +29,7 @@ from mtpedge.runtime.rope import inverse_frequencies, rope_tables
 from .checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 from .mtp_adapter import MtpAdapter, MtpConfig
 from .mtp_layout import IGNORE, block_owners, causal_bias, mask_block_layout
+from .schedule import learning_rate
 
 log = logging.getLogger(__name__)
 
@@ -113,13 +114,8 @@ class MtpTrainer:
         return result
 
     def lr_at(self, step: int) -> float:
-        cfg = self.config
-        warm = min(1.0, (step + 1) / max(1, cfg.warmup))
-        if cfg.cosine_steps <= 0:
-            return cfg.lr * warm
         # a fixed horizon (not --steps) so that a resumed run longer than planned keeps the same schedule
-        progress = min(1.0, step / cfg.cosine_steps)
-        return cfg.lr * warm * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
+        return learning_rate(step, self.config.lr, self.config.warmup, self.config.cosine_steps)
 
     def train_step(self, index: int, prompt_ids: np.ndarray, response_ids: np.ndarray) -> dict:
         """One optimisation step on one sample; returns its metrics."""
