@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from .decoder import Decoder
 from .dmtd import DmtdHead, cyclic_gate, dmtd_logits, perplexities, thinking_hidden
 from .held_text import HELD_TEXT
 from .loading import LoadedModel
+from .schedule import learning_rate
 
 log = logging.getLogger(__name__)
 
@@ -50,14 +50,6 @@ class TrainSettings:
             raise ValueError(f"--taus must be cycle lengths >= 2, got {self.taus}")
         if self.steps < 0 or self.max_len < 2 or self.lr <= 0:
             raise ValueError("--steps must be >= 0, --max-len >= 2 and --lr > 0")
-
-
-def learning_rate(settings: TrainSettings, step: int) -> float:
-    """Linear warm-up, then cosine decay to a tenth."""
-    if step < settings.warmup:
-        return settings.lr * (step + 1) / settings.warmup
-    progress = (step - settings.warmup) / max(1, settings.steps - settings.warmup)
-    return settings.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
 class DistillStream:
@@ -109,9 +101,11 @@ def held_text_ids(loaded: LoadedModel, limit: int = 512) -> np.ndarray:
 
 
 def save_checkpoint(path: Path, head: DmtdHead, optimizer, step: int, settings: TrainSettings, loaded: LoadedModel,
-                    history: list) -> None:
+                    history: list, lr_horizon: int | None = None) -> None:
+    """lr_horizon: where the run's learning-rate schedule ends (default: settings.steps, a run's first plan)."""
     write_checkpoint({"head": head.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
                       "settings": dataclasses.asdict(settings), "decoding_layers": settings.decoding_layers,
+                      "lr_horizon": settings.steps if lr_horizon is None else lr_horizon,
                       "base_sha256": loaded.source_sha256, "base_name": loaded.name, "history": history}, path)
 
 
@@ -141,6 +135,7 @@ def train_dmtd(loaded: LoadedModel, data: Path, out_dir: Path, settings: TrainSe
     head = DmtdHead(decoder, settings.decoding_layers)
     optimizer = torch.optim.AdamW(head.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
     step, history = 0, []
+    horizon = settings.steps  # where the learning rate's cosine ends: the first run's plan, kept by every resume
     if resume and ckpt.is_file():
         head, state = load_head(ckpt, loaded)
         if state["decoding_layers"] != settings.decoding_layers:
@@ -149,6 +144,7 @@ def train_dmtd(loaded: LoadedModel, data: Path, out_dir: Path, settings: TrainSe
         optimizer = torch.optim.AdamW(head.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
         optimizer.load_state_dict(state["optimizer"])
         step, history = int(state["step"]), list(state["history"])
+        horizon = int(state.get("lr_horizon", state["settings"]["steps"]))
         say(f"resumed from {ckpt} at step {step}")
     elif ckpt.is_file():
         raise ValueError(f"{ckpt} exists: pass --resume to continue it, or another --out")
@@ -165,8 +161,9 @@ def train_dmtd(loaded: LoadedModel, data: Path, out_dir: Path, settings: TrainSe
         rng = np.random.default_rng([settings.seed, step])  # reproducible across resumes without saving rng state
         ids, anchor = stream.sequences[int(rng.integers(len(stream.sequences)))]
         tau = int(settings.taus[int(rng.integers(len(settings.taus)))])
+        lr = learning_rate(step, settings.lr, settings.warmup, horizon)
         for group in optimizer.param_groups:
-            group["lr"] = learning_rate(settings, step)
+            group["lr"] = lr
         logits = dmtd_logits(decoder, head, ids, stream.hidden(ids), cyclic_gate(len(ids), tau, anchor))
         loss = torch.nn.functional.cross_entropy(logits[:-1], torch.from_numpy(ids[1:]))
         optimizer.zero_grad(set_to_none=True)
@@ -181,7 +178,7 @@ def train_dmtd(loaded: LoadedModel, data: Path, out_dir: Path, settings: TrainSe
         if step % 10 == 0 or step == settings.steps:
             rate = tokens_done / (time.perf_counter() - started)
             eta = (settings.steps - step) * (time.perf_counter() - started) / steps_run
-            say(f"step {step}/{settings.steps} loss {ema:.3f} (τ={tau}) lr {learning_rate(settings, step):.1e} "
+            say(f"step {step}/{settings.steps} loss {ema:.3f} (τ={tau}) lr {lr:.1e} "
                 f"{rate:.0f} tok/s, ~{eta / 60:.0f} min left")
         if settings.eval_every and (step % settings.eval_every == 0 or step == settings.steps):
             head.eval()
@@ -190,6 +187,6 @@ def train_dmtd(loaded: LoadedModel, data: Path, out_dir: Path, settings: TrainSe
             history.append([step, "held_ppl", ppl])
             say(f"step {step}: held-text perplexity " + ", ".join(f"{k} {v:.2f}" for k, v in ppl.items()))
         if step % settings.checkpoint_every == 0 or step == settings.steps:
-            save_checkpoint(ckpt, head, optimizer, step, settings, loaded, history)
-    save_checkpoint(ckpt, head, optimizer, step, settings, loaded, history)
+            save_checkpoint(ckpt, head, optimizer, step, settings, loaded, history, horizon)
+    save_checkpoint(ckpt, head, optimizer, step, settings, loaded, history, horizon)
     return ckpt

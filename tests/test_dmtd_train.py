@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -74,6 +76,13 @@ def test_training_lowers_the_gated_loss_and_resume_is_exact(tiny_loaded, tiny_da
         assert torch.equal(a, b), name
     with pytest.raises(ValueError, match="--resume"):
         train_dmtd(tiny_loaded, tiny_data, tmp_path / "a", settings)
+    # asked to go on longer, a resumed run keeps the schedule it started with (its cosine ends at step 6 as planned)
+    train_dmtd(tiny_loaded, tiny_data, tmp_path / "d", settings, stop_at=3)
+    longer_plan = dataclasses.replace(settings, steps=9)
+    head_d, _ = load_head(train_dmtd(tiny_loaded, tiny_data, tmp_path / "d", longer_plan, resume=True, stop_at=6),
+                          tiny_loaded)
+    for (name, a), (_, d) in zip(head_a.state_dict().items(), head_d.state_dict().items(), strict=True):
+        assert torch.equal(a, d), name
 
     longer = TrainSettings(decoding_layers=1, taus=(2,), steps=40, lr=3e-3, warmup=1, eval_every=0,
                            checkpoint_every=40)
