@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from .drafters.base import Drafter
 from .engine import Engine
@@ -106,6 +107,11 @@ class GenerationResult:
     stats: GenerationStats
 
 
+# numpy's multi-threaded BLAS spins idle threads after the host's small products (the mtp sampler head: a few
+# (m, 1152) x (1152, 576)) that take the cores from onnxruntime: on 2 cores, mtp tree host time 32 -> 6 ms per step
+# and graph calls 7-13% faster with one BLAS thread (benchmarks/results/mtp/speed-13q-blas1.log). Limited for the
+# length of each call only (threadpoolctl restores the caller's setting after it); blas_threads.py re-measures it.
+@threadpool_limits.wrap(limits=1, user_api="blas")
 def generate(
     engine: Engine,
     prompt_ids: Sequence[int],
