@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 from .attention_bias import CachedAttentionBias
 from .bundle import BundleError, Manifest, read_manifest
@@ -34,10 +33,6 @@ class Engine:
                  providers: list | None = None, session_options: dict[str, str] | None = None,
                  mask_value: float | None = None) -> None:
         """mask_value: the attention bias's hidden value (default the manifest's; QDQ calibration passes its own)."""
-        # the host side's matrices are small (the mtp sampler head: a few (m, 1152) x (1152, 576) products);
-        # numpy's multi-threaded BLAS spins idle threads after them that took the core from onnxruntime:
-        # measured on 2 cores, mtp tree host time 32 -> 6 ms per step and graph calls 7-13% faster with 1 thread
-        threadpool_limits(limits=1, user_api="blas")
         self.folder = folder
         self.manifest = manifest
         cfg = manifest.config
