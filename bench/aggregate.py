@@ -4,6 +4,8 @@
     tokens/s      mean over rows of each row's decode rate (Spec-Bench's per-question mean)
     speed-up      mean tokens/s of the method / mean tokens/s of the baseline, over the rows both ran
     acceptance    per depth d: the share of decode calls that accepted at least d drafts
+    graph / host  ms per decode call in graph calls / outside them (mtpedge methods; the prefill's graph time is
+                  taken as its whole first-token time, so its little host work counts as graph)
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ def summarize_group(rows: Sequence[Row], baseline_rows: dict[tuple, Row]) -> dic
     calls = None if any(r.decode_calls is None for r in ran) else sum(r.decode_calls for r in ran)
     decode_s = sum(r.elapsed_s - r.first_token_s for r in ran)
     mean_tps = fmean(r.tokens_per_s for r in ran) if ran else None
+    timed = calls and all(r.graph_s is not None for r in ran)
+    decode_graph_s = sum(r.graph_s - r.first_token_s for r in ran) if timed else None
     base_tps = fmean(b.tokens_per_s for _, b in paired) if paired else None
     return {
         "questions": len({r.question_id for r in ran}),
@@ -61,6 +65,8 @@ def summarize_group(rows: Sequence[Row], baseline_rows: dict[tuple, Row]) -> dic
         "tokens_per_s": mean_tps,
         "tokens_per_s_pooled": (sum(max(r.new_tokens - 1, 0) for r in ran) / decode_s) if decode_s > 0 else None,
         "first_token_s": fmean(r.first_token_s for r in ran) if ran else None,
+        "graph_ms_per_call": 1e3 * decode_graph_s / calls if timed else None,
+        "host_ms_per_call": 1e3 * (decode_s - decode_graph_s) / calls if timed else None,
         "speedup": (fmean(r.tokens_per_s for r, _ in paired) / base_tps) if paired and base_tps else None,
         "same_as_baseline": (sum(r.same_as_baseline for r in compared) / len(compared)) if compared else None,
         "compared_turns": len(compared),

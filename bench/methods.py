@@ -46,16 +46,17 @@ class Method(Protocol):
 
 class DrafterMethod:
     """An mtpedge drafter (or plain decoding) over a shared Engine, greedy; `spec` names it with its options
-    ("hybrid:width=32"), as everywhere in mtpedge."""
+    ("hybrid:width=32"), as everywhere in mtpedge, and is its name in the report unless `name` gives another
+    (e.g. the same spec on two bundles)."""
 
     kind = "mtpedge"
 
-    def __init__(self, engine, spec: str) -> None:
+    def __init__(self, engine, spec: str, name: str | None = None) -> None:
         from mtpedge.runtime.drafters import make_drafter, parse_drafter
 
         parsed = parse_drafter(spec)
         self.engine = engine
-        self.name = spec
+        self.name = name or spec
         self._make = lambda: make_drafter(parsed, engine)
         self._make()  # fail now, not at the first question, if the drafter cannot run on this bundle
 

@@ -1,4 +1,12 @@
-"""The Spec-Bench question file: one JSON object a line, `{"question_id", "category", "turns": [...]}`."""
+"""The Spec-Bench question file: one JSON object a line, `{"question_id", "category", "turns": [...]}`, and which
+of its questions a run answers.
+
+Which `limit` questions of each category (`pick`):
+    first    the first ones, in file order
+    spread   evenly over the category: every (n // limit)-th from the first (the old interleaved benchmarks' 52)
+    between  halfway between spread's: as many questions, none of spread's (where a category holds 2 x limit
+             or more), for exploring settings without tuning them on the questions a final run reports
+"""
 
 from __future__ import annotations
 
@@ -15,11 +23,15 @@ class QuestionFileError(ValueError):
     """A question file that cannot be used; the message says which line and what to fix."""
 
 
+PICKS = ("first", "spread", "between")
+
+
 @dataclass(frozen=True)
 class Question:
     question_id: int | str
     category: str
     turns: tuple[str, ...]
+    reference: tuple[str, ...] = ()  # reference answers, where Spec-Bench has them (e.g. GSM8K's, after "####")
 
 
 def parse_questions(lines: Sequence[str], source: str = "<questions>") -> list[Question]:
@@ -36,16 +48,18 @@ def parse_questions(lines: Sequence[str], source: str = "<questions>") -> list[Q
                 or "question_id" not in data or not isinstance(data.get("category"), str)):
             raise QuestionFileError(f"{source}:{number} needs question_id, a category string and a non-empty "
                                     "list of turn strings (the Spec-Bench format)")
-        questions.append(Question(data["question_id"], data["category"], tuple(turns)))
+        reference = data.get("reference") or ()
+        questions.append(Question(data["question_id"], data["category"], tuple(turns),
+                                  tuple(str(r) for r in reference) if isinstance(reference, list) else ()))
     if not questions:
         raise QuestionFileError(f"{source} holds no questions")
     return questions
 
 
 def select_questions(questions: Sequence[Question], categories: Sequence[str] | None = None,
-                     limit: int | None = None) -> list[Question]:
-    """The questions of `categories` (all if None), at most `limit` per category (the first ones: a
-    stratified subset that keeps every category), in file order."""
+                     limit: int | None = None, pick: str = "first") -> list[Question]:
+    """The questions of `categories` (all if None), at most `limit` per category chosen by `pick` (a stratified
+    subset that keeps every category), in file order."""
     known = list(dict.fromkeys(q.category for q in questions))
     if categories:
         unknown = [c for c in categories if c not in known]
@@ -53,14 +67,24 @@ def select_questions(questions: Sequence[Question], categories: Sequence[str] | 
             raise QuestionFileError(f"unknown categories {unknown}: the file has {', '.join(known)}")
     if limit is not None and limit < 1:
         raise QuestionFileError(f"--limit must be at least 1, got {limit}")
+    if pick not in PICKS:
+        raise QuestionFileError(f"--pick must be one of {', '.join(PICKS)}, got {pick!r}")
     wanted = set(categories) if categories else set(known)
-    taken: dict[str, int] = {}
-    chosen = []
-    for q in questions:
-        if q.category in wanted and (limit is None or taken.get(q.category, 0) < limit):
-            taken[q.category] = taken.get(q.category, 0) + 1
-            chosen.append(q)
-    return chosen
+    by_category: dict[str, list[int]] = {}  # positions in the file
+    for i, q in enumerate(questions):
+        if q.category in wanted:
+            by_category.setdefault(q.category, []).append(i)
+    return [questions[i] for i in sorted(i for positions in by_category.values()
+                                         for i in _pick(positions, limit, pick))]
+
+
+def _pick(positions: list[int], limit: int | None, pick: str) -> list[int]:
+    if limit is None:
+        return positions
+    if pick == "first":
+        return positions[:limit]
+    step = max(1, len(positions) // limit)
+    return positions[step // 2 if pick == "between" else 0::step][:limit]
 
 
 def round_robin(questions: Sequence[Question]) -> list[Question]:
@@ -74,12 +98,12 @@ def round_robin(questions: Sequence[Question]) -> list[Question]:
 
 
 def load_questions(path: str | Path, categories: Sequence[str] | None = None,
-                   limit: int | None = None) -> list[Question]:
+                   limit: int | None = None, pick: str = "first") -> list[Question]:
     path = Path(path)
     if not path.is_file():
         raise QuestionFileError(f"question file {path} does not exist: pass another --questions, or leave it out "
                                 f"for the shipped Spec-Bench file")
-    return select_questions(parse_questions(path.read_text().splitlines(), str(path)), categories, limit)
+    return select_questions(parse_questions(path.read_text().splitlines(), str(path)), categories, limit, pick)
 
 
 # A handful of built-in questions for `mtpedge bench --quick` when no question file is given (CI smoke tests):

@@ -17,8 +17,8 @@ def _fmt(value, spec: str = ".2f", none: str = "–") -> str:
 
 def method_table(doc: dict) -> list[str]:
     lines = ["| method | kind | τ | decode calls | new tokens | tokens/s | speed-up vs none | same as none | "
-             "first token s | RSS added at load MB | process peak RSS MB | load s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "first token s | graph / host ms per call | RSS added at load MB | process peak RSS MB | load s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for m in doc["methods"]:
         if m["status"] != "ran":
             continue
@@ -27,9 +27,14 @@ def method_table(doc: dict) -> list[str]:
             f"% of {s['compared_turns']}" if s["same_as_baseline"] is not None else "")
         lines.append(f"| {m['name']} | {m['kind']} | {_fmt(s['tau'])} | {_fmt(s['decode_calls'], 'd')} | "
                      f"{s['new_tokens']} | {_fmt(s['tokens_per_s'], '.1f')} | {_fmt(s['speedup'])} | {same} | "
-                     f"{_fmt(s['first_token_s'], '.3f')} | {_rss_added(m)} | {_fmt(m.get('peak_rss_mb'), '.0f')} | "
-                     f"{_fmt(m.get('load_s'), '.1f')} |")
+                     f"{_fmt(s['first_token_s'], '.3f')} | {_per_call(s)} | {_rss_added(m)} | "
+                     f"{_fmt(m.get('peak_rss_mb'), '.0f')} | {_fmt(m.get('load_s'), '.1f')} |")
     return lines
+
+
+def _per_call(summary: dict) -> str:
+    graph, host = summary.get("graph_ms_per_call"), summary.get("host_ms_per_call")
+    return "–" if graph is None else f"{graph:.1f} / {host:.2f}"
 
 
 def _rss_added(method: dict) -> str:
@@ -87,6 +92,11 @@ def sweep_table(sweep: dict) -> list[str]:
     return lines
 
 
+def _turns(settings: dict) -> str:
+    turns = settings.get("turns", "all")
+    return "every turn" if turns == "all" else f"the first {turns} turn(s) of each question"
+
+
 def markdown(doc: dict) -> str:
     s, m = doc["settings"], doc["machine"]
     planned = s.get("questions_planned", s["questions_run"])
@@ -94,7 +104,7 @@ def markdown(doc: dict) -> str:
                if s["questions_run"] < planned else "")
     out = [f"# mtpedge bench: {s['bundle_name']}", "",
            f"{s['questions_run']} questions{stopped} ({s['selection']}), {s['max_new_tokens']} new tokens max, greedy, "
-           f"chat template, every turn; {s['threads']} thread(s) per method; methods interleaved per question "
+           f"chat template, {_turns(s)}; {s['threads']} thread(s) per method; methods interleaved per question "
            "(order rotated). Process peak RSS is of the one process that holds every in-process method at once.",
            f"Machine: {m['cpu_model']}, {m['usable_cores']} cores ({', '.join(m['cpu_flags'])}), "
            f"{m['memory_gib']} GiB; load average {m['load_average_at_start']} at start, "

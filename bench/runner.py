@@ -50,8 +50,10 @@ def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
 
 def run_questions(methods: Sequence[Method], questions: Sequence[Question], tokenizer, context: int,
                   max_new_tokens: int, monitor: RssMonitor | None = None,
-                  on_question: Callable[[Question], None] | None = None, deadline: float | None = None) -> list[Row]:
-    """Greedy answers of every method to every turn (each method continues its own conversation).
+                  on_question: Callable[[Question], None] | None = None, deadline: float | None = None,
+                  max_turns: int | None = None) -> list[Row]:
+    """Greedy answers of every method to every turn, or to the first `max_turns` (each method continues its own
+    conversation).
 
     `deadline` (a time.perf_counter() value): no question starts after it; a started one finishes.
     """
@@ -65,7 +67,7 @@ def run_questions(methods: Sequence[Method], questions: Sequence[Question], toke
         outputs: dict[tuple[str, int], tuple[list[int], list[int]]] = {}  # (method, turn) -> (prompt, new ids)
         for method in order:
             messages: list[dict[str, str]] = []
-            for turn, text in enumerate(question.turns, start=1):
+            for turn, text in enumerate(question.turns[:max_turns], start=1):
                 messages.append({"role": "user", "content": text})
                 prompt = tokenizer.encode_chat(messages)
                 row = Row(question.question_id, question.category, turn, method.name, len(prompt))

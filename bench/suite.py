@@ -10,19 +10,23 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mtpedge.runtime.bundle import files_sha256
 
 from .aggregate import summarize
 from .machine import describe_machine, load_average
 from .memory import RssMonitor, current_rss_mb
-from .methods import DrafterMethod
+from .methods import DrafterMethod, Method
 from .peers import PEERS, PeerConfig, make_peer, peer_missing_reason
 from .questions import QUICK_QUESTIONS, Question, load_questions, round_robin, select_questions
 from .report import SCHEMA, markdown
 from .roofline import measure_ceilings
 from .runner import BASELINE, run_questions
 from .sweep import sweep_bundles
+
+if TYPE_CHECKING:  # the runtime (onnxruntime) loads only when a run starts
+    from mtpedge.runtime.engine import Engine
 
 log = logging.getLogger(__name__)
 ALL = "all"
@@ -36,6 +40,8 @@ class BenchSettings:
     questions: Path | None  # None: the built-in quick questions
     categories: tuple[str, ...] | None = None
     limit: int | None = None  # per category
+    pick: str = "first"  # which `limit` of each category (see questions.py)
+    turns: int | None = None  # answer at most this many turns of each question (None: all)
     max_new_tokens: int = 128
     methods: tuple[str, ...] = (ALL,)
     threads: int = 2
@@ -81,28 +87,36 @@ def model_sha256(path: Path) -> str:
     return files_sha256(files)
 
 
-def _select(settings: BenchSettings) -> tuple[list[Question], str]:
+def select(settings: BenchSettings) -> tuple[list[Question], str]:
+    """The questions a run answers, in run order, and a line that says which they are."""
     if settings.questions is None:
-        return select_questions(QUICK_QUESTIONS, settings.categories, settings.limit), "built-in quick questions"
-    chosen = round_robin(load_questions(settings.questions, settings.categories, settings.limit))
-    limit = f"the first {settings.limit} of each category" if settings.limit else "all questions"
+        return (select_questions(QUICK_QUESTIONS, settings.categories, settings.limit, settings.pick),
+                "built-in quick questions")
+    chosen = round_robin(load_questions(settings.questions, settings.categories, settings.limit, settings.pick))
+    limit = f"{settings.pick} {settings.limit} of each category" if settings.limit else "all questions"
     categories = ", ".join(settings.categories) if settings.categories else "every category"
-    return chosen, f"{settings.questions.name}: {limit}; {categories}; run round-robin over categories"
+    turns = f"; the first {settings.turns} turn(s)" if settings.turns else ""
+    return chosen, f"{settings.questions.name}: {limit}; {categories}{turns}; run round-robin over categories"
 
 
 def run_bench(settings: BenchSettings, say: Callable[[str], None] = log.info,
               on_question: Callable[[Question], None] | None = None) -> dict:
     """Run everything and return the report document (nothing is written)."""
-    from mtpedge.runtime.bundle import BundleError
     from mtpedge.runtime.drafters import drafter_names
     from mtpedge.runtime.engine import Engine
 
     started = time.perf_counter()
-    machine = describe_machine()
-    questions, selection = _select(settings)
     names = resolve_methods(settings.methods, drafter_names())
     engine = Engine.load(settings.bundle, threads=settings.threads)
-    manifest = engine.manifest
+    methods, statuses = load_methods(names, engine, settings, say)
+    return bench_document(settings, engine, methods, statuses, say, on_question, started)
+
+
+def load_methods(names: Sequence[str], engine: Engine, settings: BenchSettings,
+                 say: Callable[[str], None] = log.info) -> tuple[list[Method], list[dict]]:
+    """The methods named (drafter specs over `engine`, peers) and a status for each: ran, missing or failed."""
+    from mtpedge.runtime.bundle import BundleError
+
     peer_config = PeerConfig(model=settings.model or Path("."), threads=settings.threads, context=engine.context,
                              eos_token_ids=tuple(engine.stop_token_ids), lookup_tokens=settings.lookup_tokens,
                              optimum_python=settings.optimum_python, work_dir=settings.work_dir)
@@ -135,12 +149,30 @@ def run_bench(settings: BenchSettings, say: Callable[[str], None] = log.info,
         if getattr(method, "info", None):  # e.g. the optimum subprocess's versions and rope check
             status["info"] = method.info
         methods.append(method)
+    return methods, statuses
+
+
+def bench_document(settings: BenchSettings, engine: Engine, methods: Sequence[Method],
+                   statuses: list[dict] | None = None, say: Callable[[str], None] = log.info,
+                   on_question: Callable[[Question], None] | None = None, started: float | None = None) -> dict:
+    """Answer the questions with `methods` interleaved, sweep the widths, and return the report document.
+
+    `engine` is settings.bundle's (its tokenizer writes every prompt); a script may pass methods of its own, e.g.
+    DrafterMethod(other_engine, "hybrid", name="hybrid-plain") to compare a drafter across two bundles (statuses
+    default to "ran" for each).
+    """
+    started = time.perf_counter() if started is None else started
+    if statuses is None:
+        statuses = [{"name": m.name, "kind": m.kind, "status": "ran"} for m in methods]
+    machine = describe_machine()
+    manifest = engine.manifest
+    questions, selection = select(settings)
     say(f"{len(questions)} questions x {len(methods)} methods: {', '.join(m.name for m in methods)}")
     monitor = RssMonitor()
     try:
         deadline = None if settings.time_limit_s is None else started + settings.time_limit_s
         rows = run_questions(methods, questions, engine.tokenizer, engine.context, settings.max_new_tokens,
-                             monitor, on_question, deadline)
+                             monitor, on_question, deadline, settings.turns)
     finally:
         monitor.close()
         for method in methods:
@@ -150,14 +182,7 @@ def run_bench(settings: BenchSettings, say: Callable[[str], None] = log.info,
     for status in statuses:
         if status["name"] in monitor.peaks:
             status["peak_rss_mb"] = monitor.peaks[status["name"]]
-    sweep = None
-    if settings.sweep:
-        say("measuring this CPU's ceilings and sweeping graph widths")
-        ceilings = measure_ceilings(copy_mb=64 if settings.quick else 256)
-        folders = settings.sweep_bundles or (settings.bundle,)
-        sweep = {"ceilings": asdict(ceilings),
-                 "records": sweep_bundles(folders, ceilings, threads=settings.threads,
-                                          repeats=settings.sweep_repeats, on_graph=lambda g: say(f"  swept {g}"))}
+    sweep = _sweep(settings, say) if settings.sweep else None
     machine["load_average_at_end"] = load_average()
     model_note = None
     if settings.model is not None and settings.model.exists():
@@ -169,12 +194,13 @@ def run_bench(settings: BenchSettings, say: Callable[[str], None] = log.info,
         "settings": {
             "bundle": str(settings.bundle), "bundle_name": manifest.model_name, "context": engine.context,
             "bundle_graphs": [g.name for g in manifest.graphs], "questions_file": str(settings.questions),
-            "selection": selection, "questions_planned": len(questions),
+            "selection": selection, "pick": settings.pick, "turns": settings.turns or "all",
+            "questions_planned": len(questions),
             "questions_run": len({(r.category, r.question_id) for r in rows}),
             "time_limit_s": settings.time_limit_s, "categories": settings.categories,
             "limit_per_category": settings.limit, "max_new_tokens": settings.max_new_tokens,
             "threads": settings.threads, "greedy": True, "chat_template": engine.tokenizer.has_chat_template,
-            "turns": "all", "peer_model": str(settings.model) if settings.model else None,
+            "peer_model": str(settings.model) if settings.model else None,
             "peer_model_check": model_note, "lookup_tokens": settings.lookup_tokens, "quick": settings.quick,
             "speedup_definition": "mean per-turn decode tokens/s of the method / that of `none`, same turns",
         },
@@ -186,6 +212,15 @@ def run_bench(settings: BenchSettings, say: Callable[[str], None] = log.info,
         "sweep": sweep,
         "elapsed_s": time.perf_counter() - started,
     }
+
+
+def _sweep(settings: BenchSettings, say: Callable[[str], None]) -> dict:
+    say("measuring this CPU's ceilings and sweeping graph widths")
+    ceilings = measure_ceilings(copy_mb=64 if settings.quick else 256)
+    folders = settings.sweep_bundles or (settings.bundle,)
+    return {"ceilings": asdict(ceilings),
+            "records": sweep_bundles(folders, ceilings, threads=settings.threads, repeats=settings.sweep_repeats,
+                                     on_graph=lambda g: say(f"  swept {g}"))}
 
 
 def write_report(doc: dict, out: Path, plots: bool = True) -> list[Path]:

@@ -1,4 +1,5 @@
-"""mtpedge bench [--bundle DIR] [--questions question.jsonl] [--categories a,b] [--limit N] [--max-new-tokens N]
+"""mtpedge bench [--bundle DIR] [--questions question.jsonl] [--categories a,b] [--limit N]
+   [--pick first|spread|between] [--turns N] [--max-new-tokens N]
    [--methods none,lookup,hybrid:width=32,llama.cpp,transformers,...|all] [--out DIR] [--quick]
 
 Spec-Bench questions (the file ships with mtpedge) through every method of one bundle (and peers), a width sweep,
@@ -12,6 +13,8 @@ import os
 import sys
 from datetime import datetime
 from pathlib import Path
+
+from mtpedge.bench.questions import PICKS
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -37,7 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a question file in Spec-Bench's format (default: Spec-Bench's own, shipped with mtpedge; "
                              "--quick: a few built-in questions)")
     parser.add_argument("--categories", type=_names, help="comma-separated categories (default: all)")
-    parser.add_argument("--limit", type=int, help="the first N questions of each category (a stratified subset)")
+    parser.add_argument("--limit", type=int, help="N questions of each category (a stratified subset; --pick: which)")
+    parser.add_argument("--pick", choices=PICKS, default="first",
+                        help="which N of each category: the first (default), spread evenly over it, or halfway between "
+                             "spread's (as many questions, none of spread's: for exploring settings)")
+    parser.add_argument("--turns", type=int, help="answer only the first N turns of each question (default: all)")
     parser.add_argument("--max-new-tokens", type=int, help="new tokens per turn (default 128; --quick 8)")
     parser.add_argument("--methods", type=_methods, default=("all",),
                         help="comma-separated mtpedge drafters and peers (llama.cpp, llama.cpp-lookup, transformers, "
@@ -101,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     resolve_methods(args.methods, drafter_names())  # a misspelt method fails now, before any bundle is made
     for flag, value in (("--max-new-tokens", args.max_new_tokens), ("--threads", args.threads),
                         ("--sweep-repeats", args.sweep_repeats), ("--lookup-tokens", args.lookup_tokens),
-                        ("--time-limit", args.time_limit)):
+                        ("--time-limit", args.time_limit), ("--turns", args.turns)):
         if value is not None and value < 1:
             raise ValueError(f"{flag} must be at least 1, got {value}")
     bundle = ensure_bundle(args.bundle, None, 1024, mtp=names_mtp(args.methods))
@@ -112,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         methods = tuple(n for n in resolve_methods(methods, drafter_names()) if n not in PEERS)
     settings = BenchSettings(
         bundle=bundle, questions=args.questions or (None if args.quick else SPEC_BENCH), categories=args.categories,
-        limit=args.limit if args.limit is not None else (1 if args.quick else None),
+        limit=args.limit if args.limit is not None else (1 if args.quick else None), pick=args.pick, turns=args.turns,
         max_new_tokens=args.max_new_tokens or (8 if args.quick else 128), methods=methods,
         threads=args.threads or 1, model=args.model or _default_model(bundle),
         sweep_bundles=tuple(Path(b) for b in args.sweep_bundles or ()), sweep=not args.no_sweep,
@@ -138,9 +145,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _progress_bar(settings):
     """tqdm over questions on stderr (a plain counter if tqdm is not installed)."""
-    from mtpedge.bench.suite import _select
+    from mtpedge.bench.suite import select
 
-    total = len(_select(settings)[0])
+    total = len(select(settings)[0])
     try:
         from tqdm import tqdm
 

@@ -50,6 +50,20 @@ def test_select_questions_limits_per_category_in_file_order():
         select_questions(questions, limit=0)
 
 
+def test_spread_picks_evenly_over_each_category_and_between_picks_none_of_spreads():
+    lines = [f'{{"question_id": {i}, "category": "{"ab"[i // 10]}", "turns": ["t"], "reference": ["r{i}"]}}'
+             for i in range(20)]
+    questions = parse_questions(lines)
+    assert questions[3].reference == ("r3",)
+    pick = {how: [q.question_id for q in select_questions(questions, limit=3, pick=how)]
+            for how in ("first", "spread", "between")}
+    assert pick == {"first": [0, 1, 2, 10, 11, 12], "spread": [0, 3, 6, 10, 13, 16],
+                    "between": [1, 4, 7, 11, 14, 17]}
+    assert [q.question_id for q in select_questions(questions, ["b"], limit=20, pick="spread")] == list(range(10, 20))
+    with pytest.raises(QuestionFileError, match="--pick must be one of first, spread, between"):
+        select_questions(questions, limit=1, pick="random")
+
+
 def test_resolve_methods_expands_all_and_always_keeps_the_baseline():
     assert resolve_methods(["all"], ["none", "lookup"]) == [
         "none", "lookup", "llama.cpp", "llama.cpp-lookup", "transformers", "transformers-lookup", "optimum-ort"]
@@ -105,6 +119,13 @@ def test_run_questions_starts_no_question_after_the_deadline():
     assert [r.question_id for r in rows] == [0, 1, 2] and method.calls == 3
 
 
+def test_run_questions_answers_only_the_first_turns_when_asked():
+    question = Question(1, "writing", ("a", "b", "c"))
+    assert [r.turn for r in run_questions([_CountingMethod("none")], [question], _Tokenizer(), 64, 4)] == [1, 2, 3]
+    assert [r.turn for r in run_questions([_CountingMethod("none")], [question], _Tokenizer(), 64, 4,
+                                          max_turns=1)] == [1]
+
+
 def test_first_difference():
     assert first_difference([1, 2, 3], [1, 2, 3]) is None
     assert first_difference([1, 2, 3], [1, 5, 3]) == 1
@@ -130,9 +151,9 @@ def test_summarize_pools_tau_and_pairs_speedup_with_the_baseline():
         _row(1, "writing", 2, "none", 6, 20.0, calls=5, accepted={"0": 5}, same_as_baseline=True),
         _row(2, "math", 1, "none", 5, 30.0, calls=4, accepted={"0": 4}, same_as_baseline=True),
         _row(1, "writing", 1, "lookup", 11, 15.0, calls=6, accepted={"0": 3, "1": 2, "2": 1},
-             same_as_baseline=True),
+             same_as_baseline=True, graph_s=1.1),
         _row(1, "writing", 2, "lookup", 6, 40.0, calls=3, accepted={"0": 1, "1": 2},
-             same_as_baseline=False, first_difference=4),
+             same_as_baseline=False, first_difference=4, graph_s=0.8),
         _row(2, "math", 1, "lookup", 0, 0.0, skipped="too long"),
         _row(1, "writing", 1, "peer", 11, 45.0, same_as_baseline=False, first_difference=2),
     ]
@@ -148,6 +169,8 @@ def test_summarize_pools_tau_and_pairs_speedup_with_the_baseline():
     assert w["same_as_baseline"] == pytest.approx(0.5)
     assert w["mean_first_difference"] == pytest.approx(4)
     assert w["tokens_per_s_pooled"] == pytest.approx((10 + 5) / 2.0)  # decode seconds 1.0 per row
+    # graph time after the first token: 0.6 + 0.3 s over 9 calls; the rest of the 2 s of decoding is host time
+    assert w["graph_ms_per_call"] == pytest.approx(100.0) and w["host_ms_per_call"] == pytest.approx(1100 / 9)
     assert s["lookup"]["math"]["turns"] == 0 and s["lookup"]["math"]["skipped"] == 1
     assert s["lookup"]["math"]["speedup"] is None
     assert s["lookup"][OVERALL]["skipped"] == 1 and s["lookup"][OVERALL]["turns"] == 2
@@ -155,6 +178,7 @@ def test_summarize_pools_tau_and_pairs_speedup_with_the_baseline():
     assert s["none"][OVERALL]["speedup"] == pytest.approx(1.0)
     peer = s["peer"]["writing"]
     assert peer["tau"] is None and peer["decode_calls"] is None and peer["accepted_histogram"] is None
+    assert peer["graph_ms_per_call"] is None and s["none"][OVERALL]["graph_ms_per_call"] is None  # not timed
     assert peer["speedup"] == pytest.approx(4.5)
 
 

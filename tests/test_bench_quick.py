@@ -137,3 +137,24 @@ def test_drafter_options_in_a_method_spec_take_effect(quick_report):
     # width 4 = the root and at most 3 drafts, so no call can accept more than 3
     accepted = [int(k) for r in doc["rows"] if r["method"] == OPTION_METHOD for k in r["accepted_per_call"]]
     assert accepted and max(accepted) <= 3
+
+
+def test_first_turns_of_spread_questions_and_an_interleaved_sweep_of_two_bundles(tiny_bundle, tmp_path):
+    """The old interleaved scripts' runs as bench options: first turns only, questions spread over each category,
+    and the call-cost comparison of two bundles (here two architectures) timed round after round."""
+    questions = tmp_path / "q.jsonl"
+    questions.write_text("\n".join(json.dumps({"question_id": i, "category": "ab"[i // 4], "turns": [f"q{i}", "more"]})
+                                   for i in range(8)))
+    llama, qwen = tiny_bundle("llama"), tiny_bundle("qwen2")
+    out = tmp_path / "out"
+    assert main(["bench", "--bundle", str(llama), "--questions", str(questions), "--limit", "2", "--pick", "spread",
+                 "--turns", "1", "--methods", "none,lookup", "--max-new-tokens", "4", "--sweep-bundles",
+                 f"{llama},{qwen}", "--sweep-repeats", "3", "--no-plots", "--out", str(out)]) == 0
+    doc = json.loads((out / "bench.json").read_text())
+    assert sorted({(r["question_id"], r["turn"]) for r in doc["rows"]}) == [(0, 1), (2, 1), (4, 1), (6, 1)]
+    assert doc["settings"]["pick"] == "spread" and doc["settings"]["turns"] == 1
+    assert "the first 1 turn(s) of each question" in (out / "bench.md").read_text()
+    records = doc["sweep"]["records"]
+    assert {r["bundle"] for r in records} == {str(llama), str(qwen)} and all(r["repeats"] == 3 for r in records)
+    lookup = doc["summary"]["lookup"]["overall"]
+    assert lookup["graph_ms_per_call"] > 0 and lookup["host_ms_per_call"] > 0
