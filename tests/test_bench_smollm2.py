@@ -7,14 +7,14 @@ import json
 
 import pytest
 
+from mtpedge.bench.questions import SPEC_BENCH
 from mtpedge.bench.report import validate_report
 from mtpedge.main import main
-from tests.spec_bench import question_file
 
 
 @pytest.mark.slow
 def test_bench_smollm2_with_peers(smollm2_bundle, tmp_path):
-    questions = question_file()
+    questions = SPEC_BENCH
     peers = ["transformers"] + (["llama.cpp"] if importlib.util.find_spec("llama_cpp") else [])
     out = tmp_path / "bench"
     code = main(["bench", "--bundle", str(smollm2_bundle), "--questions", str(questions), "--categories", "writing",

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
+from mtpedge.bench.questions import SPEC_BENCH, load_questions
 from mtpedge.models.distill_data import (
     DistillSample,
     build_distill_file,
@@ -18,7 +17,6 @@ from mtpedge.models.distill_data import (
 )
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import generate
-from tests.spec_bench import question_file
 
 
 def test_prompt_set_is_distinct_and_bounded():
@@ -30,7 +28,7 @@ def test_prompt_set_is_distinct_and_bounded():
 
 
 def test_prompts_are_not_spec_bench_questions():
-    turns = {turn.strip() for line in question_file().read_text().splitlines() for turn in json.loads(line)["turns"]}
+    turns = {turn.strip() for q in load_questions(SPEC_BENCH) for turn in q.turns}
     assert not turns & set(prompt_set(960))
 
 

@@ -1,30 +1,23 @@
 """Lossless on the real model: every drafter's greedy output == plain decoding on Spec-Bench questions.
 
-The large run (>= 50 questions x 128 tokens, τ and speed) is `benchmarks/esp_bench.py`; this CI test keeps
+The large run (>= 50 questions x 128 tokens, τ and speed) is `mtpedge bench` (README); this CI test keeps
 to a couple of minutes: one question from each of four categories (copy-friendly and not), 40 new tokens.
 """
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
+from mtpedge.bench.questions import SPEC_BENCH, load_questions
 from mtpedge.runtime.drafters import make_drafter
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import accepted_drafts, generate
-from tests.spec_bench import question_file
 
 CATEGORIES = ("coding", "math_reasoning", "summarization", "qa")
 
 
 def one_question_per_category() -> list[str]:
-    seen: dict[str, str] = {}
-    for line in question_file().read_text().splitlines():
-        q = json.loads(line)
-        if q["category"] in CATEGORIES:
-            seen.setdefault(q["category"], q["turns"][0])
-    return list(seen.values())
+    return [q.turns[0] for q in load_questions(SPEC_BENCH, CATEGORIES, limit=1)]
 
 
 @pytest.mark.slow

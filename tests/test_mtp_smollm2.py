@@ -15,7 +15,7 @@ from mtpedge.export.mtp_export import DEFAULT_ADAPTER
 from mtpedge.runtime.drafters import make_drafter
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import accepted_drafts, generate
-from tests.spec_bench import questions
+from tests.spec_bench import short_questions
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     not os.environ.get("MTPEDGE_MTP_BUNDLE") and not DEFAULT_ADAPTER.is_file(),
@@ -32,9 +32,9 @@ def engine() -> Engine:
 @pytest.fixture(scope="module")
 def prompts_and_plain_outputs(engine) -> list[tuple[str, list[int], list[int]]]:
     out = []
-    for q in questions(per_category=1)[:4]:
-        prompt = engine.tokenizer.encode_chat([{"role": "user", "content": q["turns"][0]}])
-        out.append((q["question_id"], prompt, generate(engine, prompt, max_new_tokens=48).token_ids))
+    for q in short_questions(per_category=1)[:4]:
+        prompt = engine.tokenizer.encode_chat([{"role": "user", "content": q.turns[0]}])
+        out.append((q.question_id, prompt, generate(engine, prompt, max_new_tokens=48).token_ids))
     return out
 
 

@@ -10,7 +10,7 @@ from mtpedge.runtime.bundle import read_manifest
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import generate
 
-from .spec_bench import questions
+from .spec_bench import short_questions
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +33,7 @@ def test_greedy_text_equals_transformers_generate_on_20_prompts(smollm2_bundle, 
     hf = AutoModelForCausalLM.from_pretrained(model_path.parent, gguf_file=model_path.name,
                                               dtype=torch.float32).eval()
     engine = Engine.load(smollm2_bundle)
-    prompts = [q["turns"][0] for q in questions(per_category=2, max_chars=400)][:20]
+    prompts = [q.turns[0] for q in short_questions(per_category=2, max_chars=400)][:20]
     assert len(prompts) == 20
     stops = sorted(engine.stop_token_ids)
     mismatches = []

@@ -11,7 +11,7 @@ Every token node gets its k mask slots (B = width // (k + 1) token nodes), so th
 wherever the accepted path ends; a lookup chain is at most B - 1 deep.
 
 Defaults, from measurement (SmolLM2-135M float32, learned masks, 13 Spec-Bench questions x 128 tokens that
-are not in esp_bench's 52, benchmarks/results/hybrid_sweep_13q.txt; τ = tokens per decode call):
+are not among the 52 below, benchmarks/results/hybrid_sweep_13q.txt; τ = tokens per decode call):
     width 16: τ 1.99; branches 3: 1.99; min_ngram 2: 1.94; width 32: 2.19; width 64: 2.37
 Two variants measured nothing and were removed: masks only where the path likely ends (by expected value,
 "mask_gain" 0.5 / 1.0: τ 2.01 / 2.00 at width 16, 2.18 at 32, 2.33 at 64) and lookup chains hung under the
