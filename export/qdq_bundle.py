@@ -12,14 +12,13 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from mtpedge.runtime.bundle import read_manifest
 from mtpedge.runtime.contract import new_key_name, new_value_name
 from mtpedge.runtime.engine import Engine
 
 from .onnx_graphs import SharedWeights
 from .qdq import CALIBRATION_TEXTS, QdqConfig, config_dict, fuse_rms_norms, io_encodings, tied_kv_overrides
 from .quality import write_manifest_with_quality
-from .staging import copy_host_files, staged_folder
+from .staging import copy_host_files, float_source, staged_folder
 
 log = logging.getLogger(__name__)
 
@@ -129,12 +128,7 @@ def qdq_bundle(src: str | Path, out_dir: str | Path, config: QdqConfig | None = 
     config = config or QdqConfig()
     say = progress or log.info
     src, out_dir = Path(src), Path(out_dir)
-    manifest = read_manifest(src)
-    if manifest.extras.get("mtp", {}).get("adapter_graphs"):
-        raise ValueError(f"{src} has MTP adapter graphs (lora_gate input), which QDQ does not handle yet: "
-                         "convert the plain bundle instead")
-    if any(g.precision != "float32" for g in manifest.graphs):
-        raise ValueError(f"{src} is already quantized: QDQ starts from a float32 bundle (`--precision float32`)")
+    manifest = float_source(src, "QDQ")
     started = time.perf_counter()
     recorder = RecordingEngine(src, config.mask_value)
     with staged_folder(out_dir, "qdq") as tmp:

@@ -23,12 +23,10 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from mtpedge.runtime.bundle import read_manifest
-
 from .block_weights import BlockWeights, quantize_rtn
 from .matmul_nbits import MatMulRewriter, weight_matmuls
 from .onnx_graphs import SharedWeights
-from .staging import copy_host_files, staged_folder
+from .staging import copy_host_files, float_source, staged_folder
 
 log = logging.getLogger(__name__)
 
@@ -158,12 +156,7 @@ def quantize_bundle(
     config = config or QuantConfig()
     say = progress or log.info
     src, out_dir = Path(src), Path(out_dir)
-    manifest = read_manifest(src)
-    if manifest.extras.get("mtp", {}).get("adapter_graphs"):
-        raise ValueError(f"{src} has MTP adapter graphs (lora_gate input), which the quantizers do not handle yet: "
-                         "quantize the plain bundle instead")
-    if any(g.precision != "float32" for g in manifest.graphs):
-        raise ValueError(f"{src} is already quantized ({manifest.graphs[0].precision}): quantize a float32 bundle")
+    manifest = float_source(src, "quantization")
     started = time.perf_counter()
     source = WeightSource(config, Path(gguf_path) if gguf_path else None)
     if source.by_content:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from mtpedge.runtime.bundle import BundleError, Manifest
+from mtpedge.runtime.bundle import BundleError, Manifest, read_manifest
 
 
 def staging_folder(out_dir: Path, tag: str) -> Path:
@@ -79,6 +79,19 @@ def replace_folder(tmp: Path, out_dir: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp, out_dir)
+
+
+def float_source(src: Path, converter: str) -> Manifest:
+    """The manifest of the float32 bundle a converter (`converter` names it) derives a bundle from; a bundle that
+    is already converted, or has adapter graphs, is refused with the fix."""
+    manifest = read_manifest(src)
+    if manifest.extras.get("mtp", {}).get("adapter_graphs"):
+        raise ValueError(f"{src} has MTP adapter graphs (lora_gate input), which {converter} does not handle yet: "
+                         "convert the plain bundle instead")
+    if any(g.precision != "float32" for g in manifest.graphs):
+        raise ValueError(f"{src} is already quantized ({manifest.graphs[0].precision}): {converter} starts from a "
+                         "float32 bundle (`mtpedge export --precision float32`)")
+    return manifest
 
 
 def copy_host_files(src: Path, manifest: Manifest, dst: Path) -> None:
