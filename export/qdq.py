@@ -113,13 +113,7 @@ def fuse_rms_norms(model: onnx.ModelProto) -> int:
         if node.output[0] in dead:
             continue
         nodes.append(replacement.get(node.output[0], node))
-    clones = []
-    for node in nodes:
-        clone = onnx.NodeProto()
-        clone.CopyFrom(node)
-        clones.append(clone)
-    del graph.node[:]
-    graph.node.extend(clones)
+    _set_nodes(graph, nodes)
     _drop_unused_constants(graph)
     for opset in model.opset_import:
         if opset.domain in ("", "ai.onnx"):
@@ -131,13 +125,18 @@ def _drop_unused_constants(graph: onnx.GraphProto) -> None:
     used = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
     keep = [n for n in graph.node if n.op_type != "Constant" or n.output[0] in used]
     if len(keep) != len(graph.node):
-        clones = []
-        for node in keep:
-            clone = onnx.NodeProto()
-            clone.CopyFrom(node)
-            clones.append(clone)
-        del graph.node[:]
-        graph.node.extend(clones)
+        _set_nodes(graph, keep)
+
+
+def _set_nodes(graph: onnx.GraphProto, nodes: list[onnx.NodeProto]) -> None:
+    """Make `nodes` the graph's node list (copies: they may be the graph's own, which clearing it frees)."""
+    clones = []
+    for node in nodes:
+        clone = onnx.NodeProto()
+        clone.CopyFrom(node)
+        clones.append(clone)
+    del graph.node[:]
+    graph.node.extend(clones)
 
 
 MOVES_DATA = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity"}  # the quantizer shares their encodings
