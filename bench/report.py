@@ -25,11 +25,15 @@ def method_table(doc: dict) -> list[str]:
         s = doc["summary"][m["name"]][OVERALL]
         same = _fmt(s["same_as_baseline"] * 100 if s["same_as_baseline"] is not None else None, ".0f") + (
             f"% of {s['compared_turns']}" if s["same_as_baseline"] is not None else "")
-        lines.append(f"| {m['name']} | {m['kind']} | {_fmt(s['tau'])} | {_fmt(s['decode_calls'], 'd')} | "
-                     f"{s['new_tokens']} | {_fmt(s['tokens_per_s'], '.1f')} | {_fmt(s['speedup'])} | {same} | "
-                     f"{_fmt(s['first_token_s'], '.3f')} | {_per_call(s)} | {_rss_added(m)} | "
-                     f"{_fmt(m.get('peak_rss_mb'), '.0f')} | {_fmt(m.get('load_s'), '.1f')} |")
+        lines.append(_row([m["name"], m["kind"], _fmt(s["tau"]), _fmt(s["decode_calls"], "d"), s["new_tokens"],
+                           _fmt(s["tokens_per_s"], ".1f"), _fmt(s["speedup"]), same, _fmt(s["first_token_s"], ".3f"),
+                           _per_call(s), _rss_added(m), _fmt(m.get("peak_rss_mb"), ".0f"),
+                           _fmt(m.get("load_s"), ".1f")]))
     return lines
+
+
+def _row(cells: list) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
 def _per_call(summary: dict) -> str:
@@ -58,7 +62,7 @@ def category_table(doc: dict) -> list[str]:
             tps = f"{_fmt(s['tokens_per_s'], '.1f')} tok/s"
             cells.append(f"τ {_fmt(s['tau'])}, {_fmt(s['speedup'])}×, {tps}" if s["tau"] is not None
                          else f"{_fmt(s['speedup'])}×, {tps}")
-        lines.append(f"| {cat} | " + " | ".join(cells) + " |")
+        lines.append(_row([cat, *cells]))
     return lines
 
 
@@ -74,7 +78,7 @@ def acceptance_table(doc: dict) -> list[str]:
         by_depth = s["acceptance_by_depth"] or {}
         cells = [_fmt(by_depth.get(str(d), 0.0) * 100, ".1f") + "%" for d in range(1, deepest + 1)]
         hist = ", ".join(f"{k}: {v}" for k, v in s["accepted_histogram"].items())
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {hist} |")
+        lines.append(_row([name, *cells, hist]))
     return lines
 
 
@@ -85,10 +89,9 @@ def sweep_table(sweep: dict) -> list[str]:
              "| graph | precision | width | median ms | ms per slot | GFLOP | MB moved | FLOP/byte | "
              "roofline ms | bound | achieved GFLOP/s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sweep["records"]:
-        lines.append(f"| {r['graph']} | {r['precision']} | {r['width']} | {r['median_ms']:.2f} | "
-                     f"{r['ms_per_slot']:.2f} | {r['gflops']:.2f} | {r['mbytes']:.0f} | "
-                     f"{r['intensity_flops_per_byte']:.2f} | {r['roofline_ms']:.2f} | {r['bound']} | "
-                     f"{r['achieved_gflops_per_s']:.1f} |")
+        lines.append(_row([r["graph"], r["precision"], r["width"], f"{r['median_ms']:.2f}", f"{r['ms_per_slot']:.2f}",
+                           f"{r['gflops']:.2f}", f"{r['mbytes']:.0f}", f"{r['intensity_flops_per_byte']:.2f}",
+                           f"{r['roofline_ms']:.2f}", r["bound"], f"{r['achieved_gflops_per_s']:.1f}"]))
     return lines
 
 

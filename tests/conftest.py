@@ -47,6 +47,22 @@ def tiny_bundle(tiny_model_dir, tmp_path_factory):
     return make
 
 
+@pytest.fixture(scope="module")
+def bundle(tiny_bundle) -> Path:
+    """The tiny LLaMA bundle, for a module that needs one bundle (a module defines its own for another)."""
+    return tiny_bundle("llama")
+
+
+@pytest.fixture(scope="module")
+def server(bundle):
+    """A live `mtpedge serve` of `bundle` on a loopback port, for the module's tests (tests/server_helpers.py)."""
+    from tests.server_helpers import LiveServer
+
+    live = LiveServer(bundle)
+    yield live
+    live.close()
+
+
 @pytest.fixture(scope="session")
 def smollm2_bundle() -> Path:
     """The embedded default model's bundle (exported into the mtpedge cache on first use)."""

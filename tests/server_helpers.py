@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import socket
 import threading
 from pathlib import Path
 
@@ -87,3 +88,16 @@ def streamed_text(events: list[dict], chat: bool) -> str:
     if chat:
         return "".join(e["choices"][0]["delta"].get("content", "") for e in events if e["choices"])
     return "".join(e["choices"][0]["text"] for e in events if e["choices"])
+
+
+def read_response(sock: socket.socket) -> tuple[bytes, dict]:
+    """The status line and JSON body of one response (Content-Length framed)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, body = data.split(b"\r\n\r\n", 1)
+    lines = head.split(b"\r\n")
+    length = int(next(line.split(b":")[1] for line in lines if line.lower().startswith(b"content-length")))
+    while len(body) < length:
+        body += sock.recv(65536)
+    return lines[0], json.loads(body)

@@ -43,13 +43,16 @@ def test_truncated_gguf(tmp_path):
         load_model(cut)
 
 
-def test_unsupported_architecture(tmp_path, tiny_model_dir):
-    folder = tmp_path / "gpt2ish"
+def model_copy(tiny_model_dir, folder, **config_changes):
+    """A copy of the tiny LLaMA model folder with config.json changed as given."""
     shutil.copytree(tiny_model_dir("llama"), folder)
     config = json.loads((folder / "config.json").read_text())
-    config["model_type"] = "gpt2"
-    config["architectures"] = ["GPT2LMHeadModel"]
-    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "config.json").write_text(json.dumps({**config, **config_changes}))
+    return folder
+
+
+def test_unsupported_architecture(tmp_path, tiny_model_dir):
+    folder = model_copy(tiny_model_dir, tmp_path / "gpt2ish", model_type="gpt2", architectures=["GPT2LMHeadModel"])
     with pytest.raises(ModelLoadError, match="gpt2.*not supported"):
         load_model(folder)
 
@@ -57,8 +60,7 @@ def test_unsupported_architecture(tmp_path, tiny_model_dir):
 def test_folder_without_weights_or_config(tmp_path, tiny_model_dir):
     with pytest.raises(ModelLoadError, match="no config.json"):
         load_model(tmp_path)
-    folder = tmp_path / "noweights"
-    shutil.copytree(tiny_model_dir("llama"), folder)
+    folder = model_copy(tiny_model_dir, tmp_path / "noweights")
     for f in folder.glob("*.safetensors"):
         f.unlink()
     with pytest.raises(ModelLoadError, match="no .*safetensors"):
@@ -66,11 +68,8 @@ def test_folder_without_weights_or_config(tmp_path, tiny_model_dir):
 
 
 def test_damaged_weights_shape(tmp_path, tiny_model_dir):
-    folder = tmp_path / "damaged"
-    shutil.copytree(tiny_model_dir("llama"), folder)
-    config = json.loads((folder / "config.json").read_text())
-    config["intermediate_size"] += 8  # config and tensors now disagree
-    (folder / "config.json").write_text(json.dumps(config))
+    size = json.loads((tiny_model_dir("llama") / "config.json").read_text())["intermediate_size"]
+    folder = model_copy(tiny_model_dir, tmp_path / "damaged", intermediate_size=size + 8)  # config and tensors disagree
     with pytest.raises(ModelLoadError):
         load_model(folder)
 

@@ -21,11 +21,6 @@ GREEDY = SamplingConfig()
 
 
 @pytest.fixture(scope="module")
-def bundle(tiny_bundle):
-    return tiny_bundle("llama")
-
-
-@pytest.fixture(scope="module")
 def engine(bundle):
     return Engine.load(bundle)
 

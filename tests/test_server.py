@@ -13,22 +13,10 @@ import pytest
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import generate
 from mtpedge.server import worker as worker_module
-from tests.server_helpers import LiveServer, parse_events, streamed_text
+from tests.server_helpers import LiveServer, parse_events, read_response, streamed_text
 
 CHAT = "/v1/chat/completions"
 TEXT = "/v1/completions"
-
-
-@pytest.fixture(scope="module")
-def bundle(tiny_bundle):
-    return tiny_bundle("llama")
-
-
-@pytest.fixture(scope="module")
-def server(bundle):
-    live = LiveServer(bundle)
-    yield live
-    live.close()
 
 
 @pytest.fixture(scope="module")
@@ -310,23 +298,11 @@ def test_a_full_queue_gets_503(bundle, slow_generations):
         status, body = live.post(TEXT, text_body("three", 2))
         assert status == 503 and body["error"]["code"] == "queue_full"
         first.close()
-        reply = parse_http_json(second)
+        _, reply = read_response(second)
+        second.close()
         assert reply["choices"][0]["finish_reason"] in ("length", "stop")
     finally:
         live.close()
-
-
-def parse_http_json(sock: socket.socket) -> dict:
-    data = b""
-    while b"\r\n\r\n" not in data:
-        data += sock.recv(65536)
-    head, body = data.split(b"\r\n\r\n", 1)
-    lines = head.split(b"\r\n")
-    length = int(next(line.split(b":")[1] for line in lines if line.lower().startswith(b"content-length")))
-    while len(body) < length:
-        body += sock.recv(65536)
-    sock.close()
-    return json.loads(body)
 
 
 def test_parse_events_rejects_a_truncated_stream():

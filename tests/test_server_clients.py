@@ -13,7 +13,6 @@ import pytest
 
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import generate
-from tests.server_helpers import LiveServer
 
 openai = pytest.importorskip("openai")
 
@@ -21,13 +20,6 @@ openai = pytest.importorskip("openai")
 @pytest.fixture(scope="module")
 def bundle(tiny_bundle):
     return tiny_bundle("qwen2")
-
-
-@pytest.fixture(scope="module")
-def server(bundle):
-    live = LiveServer(bundle)
-    yield live
-    live.close()
 
 
 def greedy_chat(bundle, content: str, max_tokens: int) -> str:

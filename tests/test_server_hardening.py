@@ -23,15 +23,10 @@ from mtpedge.server import worker as worker_module
 from mtpedge.server.app import ServerConfig, start_server
 from mtpedge.server.protocol import parse_request
 from mtpedge.server.worker import EngineWorker
-from tests.server_helpers import LiveServer
+from tests.server_helpers import LiveServer, read_response
 
 CHAT = "/v1/chat/completions"
 TEXT = "/v1/completions"
-
-
-@pytest.fixture(scope="module")
-def bundle(tiny_bundle):
-    return tiny_bundle("llama")
 
 
 @pytest.fixture(scope="module")
@@ -86,19 +81,6 @@ def test_a_half_sent_request_head_is_cut_off(server):
     sock = send_raw(server, f"POST {CHAT} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Ty".encode())
     assert read_until_closed(sock) == b""  # closed after the header timeout, before the 10 s socket timeout
     assert server.request("GET", "/health")[0] == 200
-
-
-def read_response(sock: socket.socket) -> tuple[bytes, dict]:
-    """The status line and JSON body of one response (Content-Length framed)."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        data += sock.recv(65536)
-    head, body = data.split(b"\r\n\r\n", 1)
-    lines = head.split(b"\r\n")
-    length = int(next(line.split(b":")[1] for line in lines if line.lower().startswith(b"content-length")))
-    while len(body) < length:
-        body += sock.recv(65536)
-    return lines[0], json.loads(body)
 
 
 def test_a_body_that_does_not_arrive_gets_408(server):
