@@ -1,0 +1,82 @@
+"""How big a draft tree pays: the candidates to keep and the graph width to call, for the most tokens per second.
+
+A step verifies its tree in one graph call of width w. In expectation it commits
+
+    E[tokens] = 1 + sum of the kept candidates' acceptance probabilities
+
+(linearity of expectation: a candidate adds one token exactly when it and all its ancestors are accepted;
+the 1 is the call's own token), and it costs cost(w) + host seconds. Keeping the n most probable candidates
+is the best tree of n nodes (a candidate never scores above its parent, so the n best form a connected
+tree), and a tree of n candidates runs in the narrowest graph that holds its slots. So the choice is one
+number, n, and it is searched exhaustively:
+
+    n* = argmax_n (1 + s_1 + ... + s_n) / (cost(narrowest width >= slots(n)) + host(slots(n)))
+
+On a flat cost table (an NPU: every width costs the same) the tree grows to the widest graph; where a wide
+call costs several narrow ones (this CPU) it shrinks to what its candidates' probabilities pay for.
+Candidate probabilities come from the drafter: its candidate scores (a mask's softmax times its parent's),
+or running per-depth acceptance rates (`acceptance.DepthRates.chain_scores`) for chains.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .cost_table import CostTable
+
+
+@dataclass(frozen=True)
+class HostCost:
+    """Host seconds of one step beside the graph call: building the tree, the bias, verifying, committing."""
+
+    fixed: float = 0.0  # per step, whatever the tree
+    per_slot: float = 0.0  # per slot of the call
+
+    def seconds(self, slots: int) -> float:
+        return self.fixed + self.per_slot * slots
+
+
+@dataclass(frozen=True)
+class TreeSize:
+    candidates: int  # draft candidates to keep (the root not counted)
+    slots: int  # slots the tree fills (root, candidates and the mask slots that come with them)
+    width: int  # the graph width to call: the narrowest in the cost table that holds `slots`
+    expected_tokens: float  # 1 + the kept candidates' acceptance probabilities
+    seconds: float  # the call's cost plus host seconds
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.expected_tokens / self.seconds
+
+
+def size_tree(scores: np.ndarray, costs: CostTable, slots_per_candidate: int = 1, fixed_slots: int = 1,
+              host: HostCost | None = None) -> TreeSize:
+    """The tree size with the most expected tokens per second.
+
+    scores: each candidate's estimated probability of being accepted (any order; values in [0, 1]).
+    slots_per_candidate: slots a candidate takes (1, or k + 1 when every node carries k mask slots).
+    fixed_slots: slots every tree has (the root, and its mask slots).
+    Ties go to the smaller tree.
+    """
+    host = host or HostCost()
+    if slots_per_candidate < 1 or fixed_slots < 1:
+        raise ValueError(f"slots per candidate and fixed slots must be >= 1, got {slots_per_candidate}, "
+                         f"{fixed_slots}")
+    scores = np.asarray(scores, dtype=np.float64).reshape(-1)
+    if scores.size and (not np.isfinite(scores).all() or scores.min() < 0 or scores.max() > 1):
+        raise ValueError("candidate scores are acceptance probabilities: finite values in [0, 1]")
+    widths = sorted(costs.seconds)
+    if fixed_slots > widths[-1]:
+        raise ValueError(f"a tree of {fixed_slots} fixed slots fits no width of the cost table ({widths})")
+    gains = np.concatenate([[0.0], np.cumsum(np.sort(scores)[::-1])])  # gains[n]: the n best candidates
+    most = min(scores.size, (widths[-1] - fixed_slots) // slots_per_candidate)
+    best: TreeSize | None = None
+    for n in range(most + 1):
+        slots = fixed_slots + n * slots_per_candidate
+        width = next(w for w in widths if w >= slots)
+        size = TreeSize(n, slots, width, 1.0 + float(gains[n]), costs.seconds[width] + host.seconds(slots))
+        if best is None or size.tokens_per_s > best.tokens_per_s * (1 + 1e-12):
+            best = size
+    return best
