@@ -12,6 +12,8 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+from mtpedge.generate_cmd import add_precision_argument
+
 
 def _names(text: str) -> tuple[str, ...]:
     names = tuple(n.strip() for n in text.split(",") if n.strip())
@@ -22,6 +24,7 @@ def _names(text: str) -> tuple[str, ...]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bundle", help="bundle folder (default: the embedded model's, exported once)")
+    add_precision_argument(parser)
     parser.add_argument("--questions", type=Path,
                         help="Spec-Bench question.jsonl (required unless --quick, which has built-in questions)")
     parser.add_argument("--categories", type=_names, help="comma-separated categories (default: all)")
@@ -91,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
                         ("--time-limit", args.time_limit)):
         if value is not None and value < 1:
             raise ValueError(f"{flag} must be at least 1, got {value}")
-    bundle = ensure_bundle(args.bundle, None, 1024, mtp=names_mtp(args.methods))
+    bundle = ensure_bundle(args.bundle, None, 1024, mtp=names_mtp(args.methods), precision=args.precision)
     optimum_python = args.optimum_python or (Path(".venv-optimum/bin/python").absolute()
                                              if Path(".venv-optimum/bin/python").is_file() else None)
     methods = args.methods

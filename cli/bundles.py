@@ -1,4 +1,11 @@
-"""Where bundles live when the user names none: a cache folder per (model, context), exported on first use."""
+"""Where bundles live when the user names none: a cache folder per (model, context, precision), exported on
+first use.
+
+    precision "auto"     a GGUF source (the embedded default model is one) gets the fast bundle: the file's own
+                         4/8-bit grid in MatMulNBits kernels (export.quantize_bundle.FAST); a Hugging Face
+                         folder gets float32 (no grid to keep)
+    precision "float32"  the traced float32 graphs (parity work, the quality reference)
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,11 @@ import os
 from pathlib import Path
 
 from mtpedge.runtime.bundle import MANIFEST, read_manifest
+
+PRECISIONS = ("auto", "float32")
+# the cache label of the fast bundle; equal to export.quantize_bundle.FAST.label (tested), written here so that
+# a runtime-only install finds a cached fast bundle without importing the export side
+FAST_LABEL = "gguf-a4"
 
 
 def cache_root() -> Path:
@@ -24,17 +36,27 @@ def default_bundle_dir(model: str | None, context: int, precision: str | None = 
     return cache_root() / "bundles" / f"{name}-cl{context}{suffix}"
 
 
-def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print, mtp: bool = False) -> Path:
-    """The bundle to run: the one named, or the cached export of `model` (None = embedded default).
+def is_fast(model: str | None, precision: str) -> bool:
+    """Whether `precision` means the fast (GGUF-grid) bundle for `model` (None = the embedded default, a GGUF)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision {precision!r} is unknown: choose one of {', '.join(PRECISIONS)}")
+    return precision == "auto" and (model is None or str(model).endswith(".gguf"))
+
+
+def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print, mtp: bool = False,
+                  precision: str = "auto") -> Path:
+    """The bundle to run: the one named, or the cached export of `model` (None = embedded default) at
+    `precision` (see the module's docstring).
 
     mtp: the default model's bundle with the shipped multi-token adapter (a `-mtp` cache folder of its own,
-    since adapter graphs make plain decoding slower)."""
+    since adapter graphs make plain decoding slower; float32: the quantizers do not handle adapter graphs)."""
     if bundle:
         return Path(bundle)
     if mtp and model is not None:
         raise SystemExit("the mtp drafter needs a bundle exported with your model's adapter: `mtpedge train-mtp`, "
                          "then `mtpedge export MODEL --mtp-adapter ADAPTER.pt --out DIR`, then --bundle DIR")
-    folder = default_bundle_dir(model, context, "mtp" if mtp else None)
+    fast = not mtp and is_fast(model, precision)
+    folder = default_bundle_dir(model, context, "mtp" if mtp else FAST_LABEL if fast else None)
     cached = (folder / MANIFEST).is_file()
     if cached and (mtp or not (model is None and _lacks_shipped_masks(folder))):
         return folder
@@ -50,9 +72,15 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
     if cached:  # the atomic export replaces it only once the new one is complete
         say(f"the cached bundle {folder} predates the learned masks shipped for the default model: re-exporting it")
     what = "the default model" if model is None else model
-    say(f"exporting {what}{' with its shipped multi-token adapter' if mtp else ''} to {folder} "
-        "(once; later runs reuse it)")
-    export_bundle(model, folder, ExportConfig(context=context, mtp_adapter="default" if mtp else None), progress=say)
+    how = " with its shipped multi-token adapter" if mtp else " on its GGUF grid (fast kernels)" if fast else ""
+    say(f"exporting {what}{how} to {folder} (once; later runs reuse it)")
+    quantization = None
+    if fast:
+        from mtpedge.export.quantize_bundle import FAST
+
+        quantization = FAST
+    export_bundle(model, folder, ExportConfig(context=context, mtp_adapter="default" if mtp else None,
+                                              quantization=quantization), progress=say)
     return folder
 
 

@@ -154,8 +154,8 @@ def run(args: argparse.Namespace) -> int:
     from mtpedge.chat_session import ChatSession
     from mtpedge.runtime.engine import Engine
 
-    engine = Engine.load(ensure_bundle(args.bundle, args.model, args.context, mtp=args.drafter == "mtp"),
-                         threads=args.threads)
+    engine = Engine.load(ensure_bundle(args.bundle, args.model, args.context, mtp=args.drafter == "mtp",
+                                       precision=args.precision), threads=args.threads)
     session = ChatSession(engine, sampling_from(args), args.max_new_tokens, args.drafter, args.system,
                           drafter_options(args))
     return repl(session)

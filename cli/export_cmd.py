@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 
 from mtpedge.bundles import default_bundle_dir
 
@@ -45,7 +46,8 @@ def add_precision_arguments(parser: argparse.ArgumentParser, with_auto: bool = T
     parser.add_argument("--precision", choices=choices, default=choices[0],
                         help="weights: gguf = the GGUF file's own 4/5/6/8-bit grid, exactly (MatMulNBits); "
                              "int8/int4 = round-to-nearest blocks; qdq = 16-bit activations, 8-bit weights for the "
-                             "Qualcomm HTP; auto = gguf for GGUF sources, else float32")
+                             "Qualcomm HTP; auto = for GGUF sources the fast default (gguf with int8-activation "
+                             "kernels, the bundle generate/chat/serve/bench use), else float32")
     parser.add_argument("--output-layer", choices=["same", "float32", "int8", "int4"], default="same",
                         help="precision of the output (lm_head) layer (default: same as --precision)")
     parser.add_argument("--block-size", type=int, default=32, help="int8/int4 block size (default 32)")
@@ -61,8 +63,12 @@ def quant_config(args: argparse.Namespace, is_gguf: bool):
     from mtpedge.export.quantize_bundle import QuantConfig
 
     precision = args.precision
+    if precision == "auto" and is_gguf:
+        from mtpedge.export.quantize_bundle import FAST
+
+        return replace(FAST, quality_report=not args.no_quality_report)
     if precision == "auto":
-        precision = "gguf" if is_gguf else "float32"
+        precision = "float32"
     if precision == "float32":
         return None
     if precision == "gguf" and not is_gguf:
@@ -103,7 +109,9 @@ def run(args: argparse.Namespace) -> int:
     quantization = quant_config(args, is_gguf)
     # the cache folder names what it holds, so a quantized export never stands in for the float bundle
     # that `generate`/`chat` export for themselves (and compare against)
-    kind = None if quantization is None else getattr(quantization, "weights", "qdq")
+    kind = None
+    if quantization is not None:  # QDQ keeps its plain "qdq" folder; MatMulNBits bundles are named by their label
+        kind = quantization.label.replace("+out:", "-out-") if hasattr(quantization, "weights") else "qdq"
     label = f"{kind}-{soc}" if kind and soc else kind
     if args.mtp_adapter:  # adapter graphs make every call a little slower: never the plain default bundle
         label = "mtp"

@@ -6,8 +6,16 @@ import argparse
 import json
 import sys
 
-from mtpedge.bundles import ensure_bundle
+from mtpedge.bundles import PRECISIONS, ensure_bundle
 from mtpedge.runtime.sampling import SamplingConfig
+
+
+def add_precision_argument(parser: argparse.ArgumentParser) -> None:
+    """--precision of the bundle exported when no --bundle is given (generate, chat, serve, bench)."""
+    parser.add_argument("--precision", choices=PRECISIONS, default="auto",
+                        help="bundle exported when no --bundle is given: auto (default) = for a GGUF model (the "
+                             "default model is one) the fast bundle, the file's own 4/8-bit grid in int8-activation "
+                             "kernels; float32 = the traced float32 graphs (parity work)")
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
@@ -15,6 +23,7 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bundle", help="bundle folder (default: export --model, or the default model, once)")
     parser.add_argument("--model", help="GGUF file or Hugging Face folder to export when no --bundle is given")
     parser.add_argument("--context", type=int, default=1024, help="context of an automatic export (default 1024)")
+    add_precision_argument(parser)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     parser.add_argument("--top-k", type=int, default=0)
@@ -93,8 +102,8 @@ def run(args: argparse.Namespace) -> int:
     sampling = sampling_from(args)
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     say = (lambda msg: print(msg, file=sys.stderr)) if args.json else print
-    engine = Engine.load(ensure_bundle(args.bundle, args.model, args.context, say=say, mtp=args.drafter == "mtp"),
-                         threads=args.threads)
+    engine = Engine.load(ensure_bundle(args.bundle, args.model, args.context, say=say, mtp=args.drafter == "mtp",
+                                       precision=args.precision), threads=args.threads)
     tok = engine.tokenizer
     use_chat = not args.raw and tok.has_chat_template
     prompt_ids = tok.encode_chat([{"role": "user", "content": prompt}]) if use_chat else tok.encode(prompt)

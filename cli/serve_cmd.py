@@ -13,12 +13,14 @@ import signal
 import sys
 
 from mtpedge.bundles import ensure_bundle
+from mtpedge.generate_cmd import add_precision_argument
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bundle", help="bundle folder (default: export --model, or the default model, once)")
     parser.add_argument("--model", help="GGUF file or Hugging Face folder to export when no --bundle is given")
     parser.add_argument("--context", type=int, default=1024, help="context of an automatic export (default 1024)")
+    add_precision_argument(parser)
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default 127.0.0.1: this machine only; the server has no "
                              "authentication, so think twice before binding anything else)")
@@ -61,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
     if not is_loopback(args.host):
         print(f"warning: listening on {args.host}, not a loopback address: anyone who can reach it can use the "
               "model (there is no authentication)", file=sys.stderr)
-    engine = Engine.load(ensure_bundle(args.bundle, args.model, args.context), threads=args.threads)
+    engine = Engine.load(ensure_bundle(args.bundle, args.model, args.context, precision=args.precision),
+                         threads=args.threads)
     worker = EngineWorker(engine, args.drafter, args.max_queue)
     config = ServerConfig(model_id=engine.manifest.model_name, default_temperature=args.temperature)
     try:

@@ -46,8 +46,8 @@ class ExportConfig:
     target_soc: str | None = None  # with a QdqConfig: compile QNN context binaries for this SoC
     mtp_adapter: str | None = None  # a `mtpedge train-mtp` checkpoint: adapter graphs + files (export/mtp_export)
     # learned mask embeddings for the esp/hybrid drafters (export/learned_masks): "auto" = the masks shipped
-    # for the embedded default model when the weights are exactly those (SHA-256) and the bundle is float32;
-    # a path = that masks file (.npz); "none" = no masks
+    # for the embedded default model when the weights are exactly those (SHA-256) and the graphs are float32 or
+    # MatMulNBits (not QDQ: its calibration saw no mask slots); a path = that masks file (.npz); "none" = none
     learned_masks: str = "auto"
     extras: dict = field(default_factory=dict)
 
@@ -65,9 +65,10 @@ class ExportConfig:
         if self.learned_masks not in ("auto", "none"):
             if self.mtp_adapter:
                 raise ValueError("--masks and --mtp-adapter both give learned masks: pass one of them")
-            if self.quantization is not None or self.target_soc:
-                raise ValueError("learned masks are attached to float32 bundles only (the quantized bundle's "
-                                 "manifest does not carry them yet): export with --precision float32 and no --target")
+            if not _masks_fit(self):
+                raise ValueError("learned masks are attached to float32 and MatMulNBits (gguf/int8/int4) bundles "
+                                 "only, not QDQ ones (their calibration saw no mask slots): export with another "
+                                 "--precision and no --target")
 
 
 def _producer_versions() -> dict[str, str]:
@@ -131,6 +132,13 @@ def export_bundle(
     return out_dir
 
 
+def _masks_fit(config: ExportConfig) -> bool:
+    """Learned masks are host-side embeddings: any graph takes them, but a QDQ graph was calibrated without."""
+    from .quantize_bundle import QuantConfig
+
+    return config.target_soc is None and (config.quantization is None or isinstance(config.quantization, QuantConfig))
+
+
 def _learned_masks(config: ExportConfig, loaded: LoadedModel):
     """The (LearnedMasks, origin) to attach, or None (see ExportConfig.learned_masks)."""
     from .learned_masks import checked_masks, default_masks_path, load_masks_file
@@ -140,7 +148,7 @@ def _learned_masks(config: ExportConfig, loaded: LoadedModel):
         return None
     if choice == "auto":
         shipped = default_masks_path()
-        if shipped is None or config.quantization is not None or config.target_soc:
+        if shipped is None or not _masks_fit(config):
             return None
         learned = load_masks_file(shipped)
         if learned.source_sha256 != loaded.source_sha256:

@@ -60,9 +60,17 @@ class QuantConfig:
 
     @property
     def label(self) -> str:
-        """The precision recorded per graph, e.g. `gguf` or `int4-b32+out:int8`."""
+        """The precision recorded per graph, e.g. `gguf`, `gguf-a4` (accuracy level 4) or `int4-b32+out:int8`."""
         main = self.weights if self.weights == "gguf" else f"{self.weights}-b{self.block_size}"
+        if self.accuracy_level:
+            main += f"-a{self.accuracy_level}"
         return main if self.output_layer == "same" else f"{main}+out:{self.output_layer}"
+
+
+# The default bundle of a GGUF source (`generate`/`chat`/`serve`/`bench` without --bundle, `export`'s auto):
+# the file's own grid, int8-activation kernels throughout. Measured on SmolLM2 (benchmarks/results/fast/): see
+# the README's Measured table.
+FAST = QuantConfig(weights="gguf", accuracy_level=4)
 
 
 class WeightSource:
