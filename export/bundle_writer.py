@@ -37,6 +37,9 @@ WEIGHTS_FILE = "weights.data"
 @dataclass(frozen=True)
 class ExportConfig:
     context: int = 1024
+    # smaller contexts whose graphs are exported too (same widths, same weights file): the runtime runs the
+    # smallest that holds the cache, so a short conversation does not read a long cache (runtime/kv_cache.py)
+    context_buckets: tuple[int, ...] = ()
     prefill_width: int = 64
     decode_widths: tuple[int, ...] = (1, 16)
     mask_value: float = DEFAULT_MASK_VALUE
@@ -57,6 +60,9 @@ class ExportConfig:
             raise ValueError(f"graph widths must be >= 1, got {widths}")
         if max(widths) > self.context:
             raise ValueError(f"a graph width ({max(widths)}) cannot exceed the context ({self.context})")
+        if any(not max(widths) <= b < self.context for b in self.context_buckets):
+            raise ValueError(f"context buckets must lie between the widest graph ({max(widths)}) and the context "
+                             f"({self.context}), got {self.context_buckets}")
         if len(set(self.decode_widths)) != len(self.decode_widths):
             raise ValueError(f"decode widths repeat: {self.decode_widths}")
         if self.mtp_adapter and (self.quantization is not None or self.target_soc):
@@ -178,21 +184,22 @@ def _write_contents(loaded: LoadedModel, folder: Path, config: ExportConfig, say
         say(f"learned masks attached (k={masks[0].masks.shape[0]}, from {masks[1]})")
     adapter = bool(mtp_extras.get("mtp", {}).get("adapter_graphs"))
 
-    specs = [("prefill", config.prefill_width)] + [("decode", w) for w in config.decode_widths]
+    specs = [(kind, width, context) for context in (config.context, *sorted(config.context_buckets, reverse=True))
+             for kind, width in [("prefill", config.prefill_width)] + [("decode", w) for w in config.decode_widths]]
     weights = SharedWeights(folder / WEIGHTS_FILE)
     entries, parity = [], {}
     try:
-        for i, (kind, width) in enumerate(specs, 1):
-            name = graph_name(kind, width, config.context)
+        for i, (kind, width, context) in enumerate(specs, 1):
+            name = graph_name(kind, width, context)
             step_started = time.perf_counter()
             say(f"[{i}/{len(specs)}] tracing {name}")
-            shape = _shape(cfg, width, config.context, adapter)
+            shape = _shape(cfg, width, context, adapter)
             graph = trace_graph(graph_module, shape)
             check_contract(graph, shape)
             weights.externalize(graph)
             onnx.save_model(graph, folder / f"{name}.onnx")
             del graph
-            entries.append(GraphEntry(name, f"{name}.onnx", kind, width, config.context, "float32",
+            entries.append(GraphEntry(name, f"{name}.onnx", kind, width, context, "float32",
                                       shape.input_shapes(), shape.output_shapes()))
             say(f"[{i}/{len(specs)}] wrote {name} ({time.perf_counter() - step_started:.1f} s)")
     finally:
@@ -200,7 +207,7 @@ def _write_contents(loaded: LoadedModel, folder: Path, config: ExportConfig, say
     if config.check_parity:
         for entry in entries:
             parity[entry.name] = graph_parity(loaded.decoder, folder / entry.file, _shape(cfg, entry.width,
-                                                                                          config.context, adapter))
+                                                                                          entry.context, adapter))
             p = parity[entry.name]
             say(f"parity {entry.name} vs PyTorch: max |diff| {p['max_abs']:.2e} (relative {p['max_rel']:.1e}), "
                 f"argmax agreement {p['argmax_agree']:.0%}")
