@@ -23,6 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", nargs="?", help="GGUF file or Hugging Face folder (default: embedded SmolLM2-135M)")
     parser.add_argument("--out", help="bundle folder (default: the cache folder that generate/chat use)")
     parser.add_argument("--context", type=int, default=1024, help="KV cache positions C (default 1024)")
+    parser.add_argument("--context-buckets", type=parse_widths, default=(),
+                        help="comma-separated smaller contexts whose graphs are exported too (e.g. 256,512): the "
+                             "runtime runs the smallest that holds the cache (default: none)")
     parser.add_argument("--prefill-width", type=int, default=64, help="slots of the prefill graph (default 64)")
     parser.add_argument("--decode-widths", type=parse_widths, default=(1, 16),
                         help="comma-separated slots of the decode graphs (default 1,16)")
@@ -116,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     if args.mtp_adapter:  # adapter graphs make every call a little slower: never the plain default bundle
         label = "mtp"
     out = args.out or default_bundle_dir(args.model, args.context, label)
-    config = ExportConfig(context=args.context, prefill_width=args.prefill_width,
+    config = ExportConfig(context=args.context, context_buckets=args.context_buckets, prefill_width=args.prefill_width,
                           decode_widths=args.decode_widths, check_parity=not args.no_parity_check,
                           quantization=quantization, target_soc=soc, mtp_adapter=args.mtp_adapter,
                           learned_masks=args.masks)

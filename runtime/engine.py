@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 class Engine:
     def __init__(self, folder: Path, manifest: Manifest, threads: int | None = None,
                  providers: list | None = None, session_options: dict[str, str] | None = None,
-                 cached_masks: bool = True) -> None:
+                 cached_masks: bool = True, bind_io: bool = True) -> None:
         # the host side's matrices are small (the mtp sampler head: a few (m, 1152) x (1152, 576) products);
         # numpy's multi-threaded BLAS spins idle threads after them that took the core from onnxruntime:
         # measured on 2 cores, mtp tree host time 32 -> 6 ms per step and graph calls 7-13% faster with 1 thread
@@ -47,7 +47,7 @@ class Engine:
             raise BundleError(f"embedding table has shape {self.embeddings.shape}, the manifest says "
                               f"{(cfg.vocab_size, cfg.hidden_size)}: re-run `mtpedge export`")
         self.inv_freq = inverse_frequencies(cfg.rope, cfg.head_dim)
-        self.graphs = GraphSet(folder, manifest, threads, providers, session_options)
+        self.graphs = GraphSet(folder, manifest, threads, providers, session_options, bind_io)
         self.graphs.load_all()  # so that no generation pays for a session's creation
         self.cache = KVCache(cfg.num_layers, cfg.num_kv_heads, self.context, cfg.head_dim, manifest.context_buckets)
         self.graph_calls = 0
@@ -71,9 +71,10 @@ class Engine:
 
     @classmethod
     def load(cls, folder: str | Path, threads: int | None = None, providers: list | None = None,
-             session_options: dict[str, str] | None = None, cached_masks: bool = True) -> Engine:
+             session_options: dict[str, str] | None = None, cached_masks: bool = True, bind_io: bool = True
+             ) -> Engine:
         folder = Path(folder)
-        return cls(folder, read_manifest(folder), threads, providers, session_options, cached_masks)
+        return cls(folder, read_manifest(folder), threads, providers, session_options, cached_masks, bind_io)
 
     @property
     def stop_token_ids(self) -> set[int]:
