@@ -40,9 +40,10 @@ def parse_questions(lines: Sequence[str], source: str = "<questions>") -> list[Q
 
 
 def select_questions(questions: Sequence[Question], categories: Sequence[str] | None = None,
-                     limit: int | None = None) -> list[Question]:
-    """The questions of `categories` (all if None), at most `limit` per category (the first ones: a
-    stratified subset that keeps every category), in file order."""
+                     limit: int | None = None, skip: int = 0) -> list[Question]:
+    """The questions of `categories` (all if None), at most `limit` per category after the first `skip` of each
+    (a stratified subset that keeps every category: the report set is the first few, tuning uses later ones),
+    in file order."""
     known = list(dict.fromkeys(q.category for q in questions))
     if categories:
         unknown = [c for c in categories if c not in known]
@@ -50,12 +51,17 @@ def select_questions(questions: Sequence[Question], categories: Sequence[str] | 
             raise QuestionFileError(f"unknown categories {unknown}: the file has {', '.join(known)}")
     if limit is not None and limit < 1:
         raise QuestionFileError(f"--limit must be at least 1, got {limit}")
+    if skip < 0:
+        raise QuestionFileError(f"--skip must be at least 0, got {skip}")
     wanted = set(categories) if categories else set(known)
-    taken: dict[str, int] = {}
+    seen: dict[str, int] = {}
     chosen = []
     for q in questions:
-        if q.category in wanted and (limit is None or taken.get(q.category, 0) < limit):
-            taken[q.category] = taken.get(q.category, 0) + 1
+        if q.category not in wanted:
+            continue
+        rank = seen.get(q.category, 0)
+        seen[q.category] = rank + 1
+        if rank >= skip and (limit is None or rank < skip + limit):
             chosen.append(q)
     return chosen
 
@@ -71,12 +77,12 @@ def round_robin(questions: Sequence[Question]) -> list[Question]:
 
 
 def load_questions(path: str | Path, categories: Sequence[str] | None = None,
-                   limit: int | None = None) -> list[Question]:
+                   limit: int | None = None, skip: int = 0) -> list[Question]:
     path = Path(path)
     if not path.is_file():
         raise QuestionFileError(f"question file {path} does not exist: pass --questions "
                                 "(Spec-Bench's data/spec_bench/question.jsonl)")
-    return select_questions(parse_questions(path.read_text().splitlines(), str(path)), categories, limit)
+    return select_questions(parse_questions(path.read_text().splitlines(), str(path)), categories, limit, skip)
 
 
 # A handful of built-in questions for `mtpedge bench --quick` when no question file is given (CI smoke tests):

@@ -37,6 +37,7 @@ class BenchSettings:
     questions: Path | None  # None: the built-in quick questions
     categories: tuple[str, ...] | None = None
     limit: int | None = None  # per category
+    skip: int = 0  # per category, before the `limit` taken (tuning runs leave out the report set)
     max_new_tokens: int = 128
     methods: tuple[str, ...] = (ALL,)
     threads: int = 2
@@ -81,9 +82,12 @@ def model_sha256(path: Path) -> str:
 
 def _select(settings: BenchSettings) -> tuple[list[Question], str]:
     if settings.questions is None:
-        return select_questions(QUICK_QUESTIONS, settings.categories, settings.limit), "built-in quick questions"
-    chosen = round_robin(load_questions(settings.questions, settings.categories, settings.limit))
+        return (select_questions(QUICK_QUESTIONS, settings.categories, settings.limit, settings.skip),
+                "built-in quick questions")
+    chosen = round_robin(load_questions(settings.questions, settings.categories, settings.limit, settings.skip))
     limit = f"the first {settings.limit} of each category" if settings.limit else "all questions"
+    if settings.skip:
+        limit = f"{limit} after the first {settings.skip}"
     categories = ", ".join(settings.categories) if settings.categories else "every category"
     return chosen, f"{settings.questions.name}: {limit}; {categories}; run round-robin over categories"
 

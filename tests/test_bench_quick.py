@@ -123,3 +123,17 @@ def test_drafter_options_in_a_method_spec_take_effect(quick_report):
     # width 4 = the root and at most 3 drafts, so no call can accept more than 3
     accepted = [int(k) for r in doc["rows"] if r["method"] == OPTION_METHOD for k in r["accepted_per_call"]]
     assert accepted and max(accepted) <= 3
+
+
+def test_bench_at_two_thread_counts_writes_a_run_each_and_a_side_by_side_summary(tiny_bundle, tmp_path):
+    out = tmp_path / "threads"
+    code = main(["bench", "--bundle", str(tiny_bundle("llama")), "--quick", "--out", str(out), "--threads", "1,2",
+                 "--methods", "none,lookup", "--no-sweep", "--no-plots"])
+    assert code == 0
+    assert sorted(p.name for p in out.iterdir()) == ["bench.json", "bench.md", "threads-1", "threads-2"]
+    for threads in (1, 2):
+        doc = json.loads((out / f"threads-{threads}" / "bench.json").read_text())
+        assert doc["settings"]["threads"] == threads and validate_report(doc) == []
+    summary = json.loads((out / "bench.json").read_text())
+    assert summary["runs"] == ["threads-1", "threads-2"] and set(summary["side_by_side"]["lookup"]) == {"1", "2"}
+    assert "| method | τ @1 | tok/s @1 |" in (out / "bench.md").read_text()
