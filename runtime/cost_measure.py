@@ -55,13 +55,14 @@ def cache_file(engine: Engine, cache_dir: Path) -> Path:
 
 
 def measure_cost_table(engine: Engine, repeats: int = REPEATS, warmup: int = WARMUP) -> CostTable:
-    """Median seconds of a call of each decode width (chain blocks; a static graph's cost does not depend on
-    the tree or the tokens). The engine's cache and counters are left as they were."""
+    """Median seconds of a call of each decode width at the bundle's full context (chain blocks; a static
+    graph's cost does not depend on the tree, the tokens or how full the cache is; smaller context buckets
+    cost less, so the table errs on the side of small trees). The engine's n_past and counters are kept."""
     n_past, calls, seconds = engine.cache.n_past, engine.graph_calls, engine.graph_seconds
-    engine.cache.n_past = 0
     measured = {}
     try:
         for width in decode_widths(engine.manifest):
+            engine.cache.n_past = max(0, engine.context - width)  # the full-context graphs run
             embeds = np.zeros((width, engine.config.hidden_size), np.float32)
             chain = np.arange(-1, width - 1)
             for _ in range(warmup):
@@ -94,3 +95,29 @@ def cost_table_for(engine: Engine, cache_dir: Path | None, refresh: bool = False
             say(f"cannot save the cost table in {cache_dir} ({err.strerror or err}): measured in memory for this run; "
                 "set MTPEDGE_CACHE to a writable folder to keep it")
     return table
+
+
+COST_MODELS = ("measured", "flat")
+
+
+def cost_table_from_option(engine: Engine, option: str, cache_dir: Path | None, refresh: bool = False,
+                           say: Callable[[str], None] = print) -> CostTable:
+    """The table `--cost-model measured|flat|FILE` asks for. A file that cannot be read or belongs to another
+    bundle is named, and the table measured here is used instead: decoding never stops for a cost table."""
+    manifest = engine.manifest
+    if len(decode_widths(manifest)) == 1:
+        say(f"the bundle has a single decode width ({decode_widths(manifest)[0]}): draft trees cannot be sized "
+            "(they fill that width); export with --decode-widths 1,16 (or more widths) to let them")
+    if option == "flat":
+        return CostTable.flat(manifest)
+    if option == "measured":
+        return cost_table_for(engine, cache_dir, refresh, say)
+    try:
+        table = CostTable.load(option)
+        problem = table.check(manifest)
+    except CostTableError as err:
+        problem = str(err)
+    if problem is None:
+        return table
+    say(f"{problem}: using the cost table measured on this machine instead")
+    return cost_table_for(engine, cache_dir, refresh, say)

@@ -55,3 +55,36 @@ def test_an_unwritable_cache_folder_measures_in_memory_with_a_message(engine, tm
     table = cost_table_for(engine, blocker / "costs", say=said.append)
     assert table.check(engine.manifest) is None
     assert "measured in memory" in said[0] and "MTPEDGE_CACHE" in said[0]
+
+
+def test_cost_model_option_flat_measured_or_a_file(engine, tmp_path):
+    from mtpedge.runtime.cost_measure import cost_table_from_option
+    from mtpedge.runtime.cost_table import CostTable
+
+    said = []
+    assert cost_table_from_option(engine, "flat", tmp_path, say=said.append).origin == "flat"
+    assert cost_table_from_option(engine, "measured", tmp_path, say=said.append).origin == "measured"
+    m = engine.manifest
+    mine = CostTable({w: 0.01 * w for w in decode_widths(m)}, m.model_name, m.source_sha256, m.context, "npu", "x")
+    mine.save(tmp_path / "mine.json")
+    assert cost_table_from_option(engine, str(tmp_path / "mine.json"), tmp_path, say=said.append) == mine
+    assert not said
+    CostTable({1: 0.01}, "other", "f" * 64, 64, "d", "x").save(tmp_path / "other.json")
+    CostTable({1: 0.01}, m.model_name, m.source_sha256, m.context, "d", "x").save(tmp_path / "partial.json")
+    for name, words in (("other.json", "made for other"), ("partial.json", "lacks the bundle's decode widths"),
+                        ("missing.json", "does not exist")):
+        said.clear()
+        table = cost_table_from_option(engine, str(tmp_path / name), tmp_path, say=said.append)
+        assert table.origin == "measured" and table.check(m) is None  # decoding goes on with a measured table
+        assert words in said[0] and "measured on this machine instead" in said[0]
+
+
+def test_a_bundle_with_a_single_decode_width_is_named(tiny_model_dir, tmp_path):
+    from mtpedge.export.bundle_writer import ExportConfig, export_bundle
+    from mtpedge.runtime.cost_measure import cost_table_from_option
+
+    folder = export_bundle(tiny_model_dir("llama"), tmp_path / "one", ExportConfig(
+        context=64, prefill_width=8, decode_widths=(1,), check_parity=False))
+    said = []
+    table = cost_table_from_option(Engine.load(folder, threads=1), "measured", tmp_path / "costs", say=said.append)
+    assert sorted(table.seconds) == [1] and "single decode width" in said[0] and "--decode-widths" in said[0]
