@@ -18,7 +18,7 @@ from mtpedge.runtime.bundle import MANIFEST, read_manifest
 PRECISIONS = ("auto", "float32")
 # the cache label of the fast bundle; equal to export.quantize_bundle.FAST.label (tested), written here so that
 # a runtime-only install finds a cached fast bundle without importing the export side
-FAST_LABEL = "gguf-a4"
+FAST_LABEL = "gguf-a4-down0"
 
 
 def cache_root() -> Path:

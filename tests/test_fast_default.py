@@ -71,3 +71,19 @@ def test_the_default_bundle_keeps_quality_and_carries_the_learned_masks(smollm2_
     ppl = quality["perplexity"]
     assert abs(ppl["quantized"] / ppl["float32"] - 1) <= 0.01
     assert manifest.extras["mtp"]["masks_file"] and (smollm2_bundle / manifest.extras["mtp"]["masks_file"]).is_file()
+
+
+def test_float_activation_roles_keep_those_matmuls_at_accuracy_level_0(tiny_bundle, tmp_path):
+    import onnx
+
+    from mtpedge.export.quantize_bundle import QuantConfig, quantize_bundle
+
+    config = QuantConfig("int4", block_size=16, accuracy_level=4, float_activation_roles=("down_proj",),
+                         quality_report=False)
+    assert config.label == "int4-b16-a4-down0"
+    out = quantize_bundle(tiny_bundle("llama"), tmp_path / "q", config)
+    model = onnx.load(str(out / "decode_ar1_cl256.onnx"), load_external_data=False)
+    levels = {n.name: next(a.i for a in n.attribute if a.name == "accuracy_level")
+              for n in model.graph.node if n.op_type == "MatMulNBits"}
+    assert levels and all((level == 0) == ("down_proj" in name) for name, level in levels.items())
+    assert any("down_proj" in name for name in levels)
