@@ -82,3 +82,29 @@ def test_depth_rates_give_chain_scores():
 def test_bad_input_is_named(scores, kwargs, match):
     with pytest.raises(ValueError, match=match):
         size_tree(scores, CPU, **kwargs)
+
+
+def test_step_sizer_learns_calibration_and_host_cost_and_reports_both_rates():
+    from mtpedge.runtime.tree_sizing import StepSizer
+
+    sizer = StepSizer(CPU)
+    scores = np.array([0.9, 0.9, 0.9])
+    assert sizer.size(scores).candidates == 3  # believed: three likely drafts pay for the width-4 call
+    for _ in range(20):  # but nothing is ever accepted, and the host takes 5 ms a step
+        size = sizer.size(scores)
+        sizer.observe(0, CPU.cost(size.slots), CPU.cost(size.slots) + 0.005)
+    assert sizer.calibration < 0.2 and sizer.host.fixed == pytest.approx(0.005)
+    assert sizer.size(scores).candidates == 0  # the overconfident drafter is sized down to plain calls
+    stats = sizer.stats()
+    assert stats["achieved_tokens_per_s"] == pytest.approx(1 / 0.015, rel=0.2)
+    assert stats["predicted_tokens_per_s"] > stats["achieved_tokens_per_s"] and stats["cost_table"] == "test"
+
+
+def test_step_sizer_on_a_flat_table_keeps_the_widest_tree():
+    from mtpedge.runtime.tree_sizing import StepSizer
+
+    sizer = StepSizer(FLAT)
+    for _ in range(10):
+        size = sizer.size(np.full(80, 0.3))
+        sizer.observe(2, 0.01, 0.011)
+        assert size.width == 64
