@@ -61,6 +61,8 @@ class Engine:
         self._layouts: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
         self._biases = {(e.width, e.context): CachedAttentionBias(e.width, e.context, self.mask_value)
                         for e in self.graphs.entries}
+        self._inputs: dict[int, dict] = {}
+        self._gates: dict[int, np.ndarray] = {}
         self.templates = templates_from_extras(manifest.extras)
         for template in self.templates:
             problem = check_template(template)
@@ -112,17 +114,22 @@ class Engine:
         width, n_past = entry.width, self.cache.n_past
         positions = np.full(width, n_past, dtype=np.int64)
         positions[:n] += depth
+        # the slot inputs live in one buffer set per width, written in place: the graph's I/O binding then
+        # points at the same memory every call (graphs.BoundGraph) and nothing is allocated per call
+        feeds = self._slot_inputs(width)
         if self.cached_masks:
-            bias = self._biases[(width, entry.context)].fill(n_past, visible, key)
-            cos, sin = self._rope_cos[:, :, positions], self._rope_sin[:, :, positions]
+            feeds["attention_bias"] = self._biases[(width, entry.context)].fill(n_past, visible, key)
+            np.take(self._rope_cos, positions, axis=2, out=feeds["rope_cos"])
+            np.take(self._rope_sin, positions, axis=2, out=feeds["rope_sin"])
         else:
-            bias = naive_attention_bias(n_past, visible, width, entry.context, self.mask_value)
-            cos, sin = rope_tables(positions, self.inv_freq)
-        padded = np.zeros((1, width, self.config.hidden_size), dtype=np.float32)
-        padded[0, :n] = embeds
-        feeds = {"inputs_embeds": padded, "attention_bias": bias, "rope_cos": cos, "rope_sin": sin}
+            feeds["attention_bias"] = naive_attention_bias(n_past, visible, width, entry.context, self.mask_value)
+            feeds["rope_cos"][...], feeds["rope_sin"][...] = rope_tables(positions, self.inv_freq)
+        feeds["inputs_embeds"][0, :n] = embeds
+        feeds["inputs_embeds"][0, n:] = 0.0
+        feeds = dict(feeds)
         if LORA_GATE in entry.inputs:
-            feeds[LORA_GATE] = np.zeros((1, width), dtype=np.float32)
+            feeds[LORA_GATE] = self._gates.setdefault(width, np.zeros((1, width), dtype=np.float32))
+            feeds[LORA_GATE][0] = 0.0
             if gate is not None:
                 feeds[LORA_GATE][0, :n] = gate
         elif gate is not None and np.any(gate):
@@ -133,6 +140,16 @@ class Engine:
         self.graph_calls += 1
         self.graph_seconds += out.seconds
         return out
+
+    def _slot_inputs(self, width: int) -> dict[str, np.ndarray]:
+        """The per-width buffers of inputs_embeds and the RoPE rows (and a slot for the bias buffer)."""
+        if width not in self._inputs:
+            half = self.config.head_dim // 2
+            self._inputs[width] = {"inputs_embeds": np.zeros((1, width, self.config.hidden_size), np.float32),
+                                   "attention_bias": None,
+                                   "rope_cos": np.zeros((1, 1, width, half), np.float32),
+                                   "rope_sin": np.zeros((1, 1, width, half), np.float32)}
+        return self._inputs[width]
 
     def tree_embeddings(self, tree: DraftTree, slot_embeddings: np.ndarray | None = None) -> np.ndarray:
         """Embeddings of a tree's nodes: table rows for tokens, drafter-supplied vectors for SLOT nodes."""
