@@ -220,3 +220,10 @@ def test_runs_at_several_thread_counts_are_summarised_side_by_side():
     md = threads_markdown(docs, ["threads-1", "threads-2"])
     assert "| none | – | 10.0 | 1.00 | 0.50 | – | 16.0 | 1.00 | 0.50 |" in md  # τ: these rows carry no calls
     assert "[2 thread(s)](threads-2/bench.md)" in md
+
+
+def test_weight_bytes_read_precision_labels():
+    from mtpedge.bench.roofline import weight_bytes
+
+    assert weight_bytes("float32") == 4.0 and weight_bytes("int4-b32+out:int8") == 0.5
+    assert weight_bytes("gguf-a4-down0") == weight_bytes("gguf") == 20 / 32 and weight_bytes("qdq-a16w8") == 1.0
