@@ -57,8 +57,9 @@ class KVCache:
         if bucket == self.capacity:
             return
         keys, values = self._buffers[bucket]
+        rows = min(copy_rows, self.capacity, bucket)  # n_past set by hand (measurements) may exceed the buffers
         for old, new in zip(self.keys + self.values, keys + values, strict=True):
-            new[:, :, :copy_rows] = old[:, :, :copy_rows]
+            new[:, :, :rows] = old[:, :, :rows]
         self.capacity, self.keys, self.values = bucket, keys, values
 
     def truncate(self, n_past: int) -> None:

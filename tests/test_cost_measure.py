@@ -88,3 +88,17 @@ def test_a_bundle_with_a_single_decode_width_is_named(tiny_model_dir, tmp_path):
     said = []
     table = cost_table_from_option(Engine.load(folder, threads=1), "measured", tmp_path / "costs", say=said.append)
     assert sorted(table.seconds) == [1] and "single decode width" in said[0] and "--decode-widths" in said[0]
+
+
+def test_measuring_a_bucketed_bundle_runs_the_full_context_graphs(tiny_model_dir, tmp_path):
+    from mtpedge.export.bundle_writer import ExportConfig, export_bundle
+
+    folder = export_bundle(tiny_model_dir("llama"), tmp_path / "b", ExportConfig(
+        context=64, context_buckets=(32,), prefill_width=16, decode_widths=(1, 8), check_parity=False))
+    engine = Engine.load(folder, threads=1)
+    used = []
+    run = engine.graphs.run
+    engine.graphs.run = lambda entry, feeds, n: used.append(entry.name) or run(entry, feeds, n)
+    table = measure_cost_table(engine, repeats=1, warmup=0)
+    assert sorted(table.seconds) == [1, 8] and used == ["decode_ar1_cl64", "decode_ar8_cl64"]
+    assert engine.cache.n_past == 0
