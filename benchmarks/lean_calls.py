@@ -1,8 +1,7 @@
-"""Do context buckets and I/O binding pay? Interleaved A/B runs on one bucketed bundle, in one process.
+"""Do context buckets pay? Interleaved A/B runs on one bucketed bundle, in one process.
 
-    variants   buckets+binding   the runtime's default: smallest context bucket, graphs called through I/O binding
-               full+binding      the same engine with a cache of the full context only (every call reads C)
-               buckets+run       buckets, plain `session.run` (feeds dict, outputs allocated per call)
+    variants   buckets   the runtime's default: the smallest context bucket that holds the cache
+               full      the same bundle with a cache of the full context only (every call reads C)
     graph calls   median / min ms of one call of each decode width at each bucket (chain blocks)
     decoding      plain greedy decoding of Spec-Bench prompts (first turns), tokens/s per variant, the same
                   prompts interleaved variant by variant; outputs must be identical
@@ -42,10 +41,8 @@ def tuning_questions() -> list[dict]:
 
 
 def engines(bundle: Path, threads: int) -> dict[str, Engine]:
-    made = {"buckets+binding": Engine.load(bundle, threads=threads),
-            "full+binding": Engine.load(bundle, threads=threads),
-            "buckets+run": Engine.load(bundle, threads=threads, bind_io=False)}
-    full = made["full+binding"]
+    made = {"buckets": Engine.load(bundle, threads=threads), "full": Engine.load(bundle, threads=threads)}
+    full = made["full"]
     cfg = full.config
     full.cache = KVCache(cfg.num_layers, cfg.num_kv_heads, full.context, cfg.head_dim)  # one bucket: the context
     return made
@@ -80,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     made = engines(args.bundle, args.threads)
     doc = {"bundle": str(args.bundle), "threads": args.threads, "load_average_start": os.getloadavg()}
-    base = made["buckets+binding"]
+    base = made["buckets"]
     doc["calls"] = call_times(base, args.calls)
     print(f"## one graph call, {args.threads} thread(s) (median / min of {args.calls}, load {os.getloadavg()[0]:.1f})")
     for key, t in doc["calls"].items():
@@ -95,11 +92,11 @@ def main(argv: list[str] | None = None) -> int:
             result = generate(made[name], prompt, args.max_new_tokens)
             rates[name].append(result.stats.tokens_per_second)
             outputs[name].append(result.token_ids)
-    same = {name: outputs[name] == outputs["buckets+binding"] for name in made}
+    same = {name: outputs[name] == outputs["buckets"] for name in made}
     doc["decoding"] = {name: {"mean_tokens_per_s": statistics.fmean(r), "same_output": same[name]}
                        for name, r in rates.items()}
     print(f"\n## plain decoding, {len(prompts)} prompts x {args.max_new_tokens} tokens (load {os.getloadavg()[0]:.1f})")
-    ref = doc["decoding"]["buckets+binding"]["mean_tokens_per_s"]
+    ref = doc["decoding"]["buckets"]["mean_tokens_per_s"]
     for name, d in doc["decoding"].items():
         print(f"  {name:<16} {d['mean_tokens_per_s']:6.1f} tok/s  x{d['mean_tokens_per_s'] / ref:.2f}  "
               f"same output: {d['same_output']}")

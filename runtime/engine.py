@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 class Engine:
     def __init__(self, folder: Path, manifest: Manifest, threads: int | None = None,
                  providers: list | None = None, session_options: dict[str, str] | None = None,
-                 cached_masks: bool = True, bind_io: bool = True) -> None:
+                 cached_masks: bool = True) -> None:
         # the host side's matrices are small (the mtp sampler head: a few (m, 1152) x (1152, 576) products);
         # numpy's multi-threaded BLAS spins idle threads after them that took the core from onnxruntime:
         # measured on 2 cores, mtp tree host time 32 -> 6 ms per step and graph calls 7-13% faster with 1 thread
@@ -47,7 +47,7 @@ class Engine:
             raise BundleError(f"embedding table has shape {self.embeddings.shape}, the manifest says "
                               f"{(cfg.vocab_size, cfg.hidden_size)}: re-run `mtpedge export`")
         self.inv_freq = inverse_frequencies(cfg.rope, cfg.head_dim)
-        self.graphs = GraphSet(folder, manifest, threads, providers, session_options, bind_io)
+        self.graphs = GraphSet(folder, manifest, threads, providers, session_options)
         self.graphs.load_all()  # so that no generation pays for a session's creation
         self.cache = KVCache(cfg.num_layers, cfg.num_kv_heads, self.context, cfg.head_dim, manifest.context_buckets)
         self.graph_calls = 0
@@ -61,8 +61,6 @@ class Engine:
         self._layouts: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
         self._biases = {(e.width, e.context): CachedAttentionBias(e.width, e.context, self.mask_value)
                         for e in self.graphs.entries}
-        self._inputs: dict[int, dict] = {}
-        self._gates: dict[int, np.ndarray] = {}
         self.templates = templates_from_extras(manifest.extras)
         for template in self.templates:
             problem = check_template(template)
@@ -73,10 +71,9 @@ class Engine:
 
     @classmethod
     def load(cls, folder: str | Path, threads: int | None = None, providers: list | None = None,
-             session_options: dict[str, str] | None = None, cached_masks: bool = True, bind_io: bool = True
-             ) -> Engine:
+             session_options: dict[str, str] | None = None, cached_masks: bool = True) -> Engine:
         folder = Path(folder)
-        return cls(folder, read_manifest(folder), threads, providers, session_options, cached_masks, bind_io)
+        return cls(folder, read_manifest(folder), threads, providers, session_options, cached_masks)
 
     @property
     def stop_token_ids(self) -> set[int]:
@@ -114,22 +111,17 @@ class Engine:
         width, n_past = entry.width, self.cache.n_past
         positions = np.full(width, n_past, dtype=np.int64)
         positions[:n] += depth
-        # the slot inputs live in one buffer set per width, written in place: the graph's I/O binding then
-        # points at the same memory every call (graphs.BoundGraph) and nothing is allocated per call
-        feeds = self._slot_inputs(width)
         if self.cached_masks:
-            feeds["attention_bias"] = self._biases[(width, entry.context)].fill(n_past, visible, key)
-            np.take(self._rope_cos, positions, axis=2, out=feeds["rope_cos"])
-            np.take(self._rope_sin, positions, axis=2, out=feeds["rope_sin"])
+            bias = self._biases[(width, entry.context)].fill(n_past, visible, key)
+            cos, sin = self._rope_cos[:, :, positions], self._rope_sin[:, :, positions]
         else:
-            feeds["attention_bias"] = naive_attention_bias(n_past, visible, width, entry.context, self.mask_value)
-            feeds["rope_cos"][...], feeds["rope_sin"][...] = rope_tables(positions, self.inv_freq)
-        feeds["inputs_embeds"][0, :n] = embeds
-        feeds["inputs_embeds"][0, n:] = 0.0
-        feeds = dict(feeds)
+            bias = naive_attention_bias(n_past, visible, width, entry.context, self.mask_value)
+            cos, sin = rope_tables(positions, self.inv_freq)
+        padded = np.zeros((1, width, self.config.hidden_size), dtype=np.float32)
+        padded[0, :n] = embeds
+        feeds = {"inputs_embeds": padded, "attention_bias": bias, "rope_cos": cos, "rope_sin": sin}
         if LORA_GATE in entry.inputs:
-            feeds[LORA_GATE] = self._gates.setdefault(width, np.zeros((1, width), dtype=np.float32))
-            feeds[LORA_GATE][0] = 0.0
+            feeds[LORA_GATE] = np.zeros((1, width), dtype=np.float32)
             if gate is not None:
                 feeds[LORA_GATE][0, :n] = gate
         elif gate is not None and np.any(gate):
@@ -140,16 +132,6 @@ class Engine:
         self.graph_calls += 1
         self.graph_seconds += out.seconds
         return out
-
-    def _slot_inputs(self, width: int) -> dict[str, np.ndarray]:
-        """The per-width buffers of inputs_embeds and the RoPE rows (and a slot for the bias buffer)."""
-        if width not in self._inputs:
-            half = self.config.head_dim // 2
-            self._inputs[width] = {"inputs_embeds": np.zeros((1, width, self.config.hidden_size), np.float32),
-                                   "attention_bias": None,
-                                   "rope_cos": np.zeros((1, 1, width, half), np.float32),
-                                   "rope_sin": np.zeros((1, 1, width, half), np.float32)}
-        return self._inputs[width]
 
     def tree_embeddings(self, tree: DraftTree, slot_embeddings: np.ndarray | None = None) -> np.ndarray:
         """Embeddings of a tree's nodes: table rows for tokens, drafter-supplied vectors for SLOT nodes."""

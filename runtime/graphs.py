@@ -19,50 +19,18 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class GraphOutput:
-    logits: np.ndarray  # (n, vocab): rows of the real slots only (the caller's to keep)
-    # per layer (1, kv_heads, N, head_dim), N = graph width (padding included): views of the graph's bound output
-    # buffers, valid until the next call of the same graph (commit them first, as generate does)
-    new_keys: list[np.ndarray]
+    logits: np.ndarray  # (n, vocab): rows of the real slots only
+    new_keys: list[np.ndarray]  # per layer (1, kv_heads, N, head_dim), N = graph width (padding included)
     new_values: list[np.ndarray]
     seconds: float  # time inside session.run
     hidden: np.ndarray | None = None  # (n, hidden) final-normed rows: adapter graphs only (contract HIDDEN_STATES)
-
-
-class BoundGraph:
-    """A graph's onnxruntime I/O binding: output buffers allocated once and bound, inputs bound over the
-    caller's arrays (no copy) and rebound only when the caller passes another array object, so the host
-    cache and the reused bias buffers are bound once."""
-
-    def __init__(self, sess: ort.InferenceSession) -> None:
-        self.sess = sess
-        self.binding = sess.io_binding()
-        self.outputs = {o.name: np.empty(o.shape, np.float32) for o in sess.get_outputs()}
-        for name, array in self.outputs.items():
-            self.binding.bind_ortvalue_output(name, ort.OrtValue.ortvalue_from_numpy(array))
-        self.inputs: dict[str, np.ndarray | None] = {}
-        self._alive: dict[str, np.ndarray] = {}
-
-    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        for name, array in feeds.items():
-            if self.inputs.get(name) is array:
-                continue  # bound over this very buffer already: its current contents are what runs
-            if array.flags.c_contiguous and array.dtype == np.float32:
-                self.inputs[name] = array
-            else:  # a converted copy: bound for this call only
-                array = np.ascontiguousarray(array, dtype=np.float32)
-                self.inputs[name] = None
-            self._alive[name] = array  # the binding points into its memory
-            self.binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(array))
-        self.sess.run_with_iobinding(self.binding)
-        return self.outputs
 
 
 class GraphSet:
     """Sessions for every graph of a bundle, created on first use or all at once by `load_all`."""
 
     def __init__(self, folder: Path, manifest: Manifest, threads: int | None = None,
-                 providers: list | None = None, session_options: dict[str, str] | None = None,
-                 bind_io: bool = True) -> None:
+                 providers: list | None = None, session_options: dict[str, str] | None = None) -> None:
         self.folder = folder
         self.manifest = manifest
         self.entries = sorted(manifest.graphs, key=lambda g: g.width)
@@ -71,8 +39,6 @@ class GraphSet:
         self.session_options = session_options or {}
         check_qnn_bundle(manifest, self.providers)
         self._sessions: dict[str, ort.InferenceSession] = {}
-        self._bound: dict[str, BoundGraph] = {}
-        self.bind_io = bind_io
         self.num_layers = manifest.config.num_layers
 
     @property
@@ -140,21 +106,15 @@ class GraphSet:
 
     def run(self, entry: GraphEntry, feeds: dict[str, np.ndarray], n_real: int) -> GraphOutput:
         sess = self.session(entry)
-        if self.bind_io:
-            if entry.name not in self._bound:
-                self._bound[entry.name] = BoundGraph(sess)
-            started = time.perf_counter()
-            by_name = self._bound[entry.name].run(feeds)
-            seconds = time.perf_counter() - started
-        else:
-            started = time.perf_counter()
-            outputs = sess.run(None, feeds)
-            seconds = time.perf_counter() - started
-            by_name = dict(zip([o.name for o in sess.get_outputs()], outputs, strict=True))
+        started = time.perf_counter()
+        outputs = sess.run(None, feeds)
+        seconds = time.perf_counter() - started
+        names = [o.name for o in sess.get_outputs()]
+        by_name = dict(zip(names, outputs, strict=True))
         return GraphOutput(
-            logits=by_name["logits"][0, :n_real].copy(),
+            logits=by_name["logits"][0, :n_real],
             new_keys=[by_name[new_key_name(layer)] for layer in range(self.num_layers)],
             new_values=[by_name[new_value_name(layer)] for layer in range(self.num_layers)],
             seconds=seconds,
-            hidden=by_name[HIDDEN_STATES][0, :n_real].copy() if HIDDEN_STATES in by_name else None,
+            hidden=by_name[HIDDEN_STATES][0, :n_real] if HIDDEN_STATES in by_name else None,
         )
