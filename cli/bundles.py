@@ -16,6 +16,14 @@ from pathlib import Path
 from mtpedge.runtime.bundle import MANIFEST, read_manifest
 
 PRECISIONS = ("auto", "float32")
+# the fast bundle's smaller context buckets (those below its context): a conversation that fits 256 or 512
+# positions runs graphs that read only that much cache (plain decoding 1.15-1.2x, benchmarks/results/fast)
+FAST_BUCKETS = (256, 512)
+
+
+def fast_buckets(context: int, widest: int = 64) -> tuple[int, ...]:
+    """The buckets a fast bundle of `context` positions gets (those between its widest graph and its context)."""
+    return tuple(b for b in FAST_BUCKETS if widest <= b < context)
 # the cache label of the fast bundle; equal to export.quantize_bundle.FAST.label (tested), written here so that
 # a runtime-only install finds a cached fast bundle without importing the export side
 FAST_LABEL = "gguf-a4-down0"
@@ -80,7 +88,8 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
 
         quantization = FAST
     export_bundle(model, folder, ExportConfig(context=context, mtp_adapter="default" if mtp else None,
-                                              quantization=quantization), progress=say)
+                                              quantization=quantization,
+                                              context_buckets=fast_buckets(context) if fast else ()), progress=say)
     return folder
 
 

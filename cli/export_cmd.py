@@ -6,7 +6,7 @@ import argparse
 import sys
 from dataclasses import replace
 
-from mtpedge.bundles import default_bundle_dir
+from mtpedge.bundles import default_bundle_dir, fast_buckets
 
 
 def parse_widths(text: str) -> tuple[int, ...]:
@@ -19,13 +19,18 @@ def parse_widths(text: str) -> tuple[int, ...]:
     return widths
 
 
+def parse_buckets(text: str) -> tuple[int, ...] | str:
+    return text if text in ("auto", "none") else parse_widths(text)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", nargs="?", help="GGUF file or Hugging Face folder (default: embedded SmolLM2-135M)")
     parser.add_argument("--out", help="bundle folder (default: the cache folder that generate/chat use)")
     parser.add_argument("--context", type=int, default=1024, help="KV cache positions C (default 1024)")
-    parser.add_argument("--context-buckets", type=parse_widths, default=(),
+    parser.add_argument("--context-buckets", type=parse_buckets, default="auto",
                         help="comma-separated smaller contexts whose graphs are exported too (e.g. 256,512): the "
-                             "runtime runs the smallest that holds the cache (default: none)")
+                             "runtime runs the smallest that holds the cache; none; or auto (default: 256,512 below "
+                             "--context for the fast bundle, --precision auto of a GGUF; else none)")
     parser.add_argument("--prefill-width", type=int, default=64, help="slots of the prefill graph (default 64)")
     parser.add_argument("--decode-widths", type=parse_widths, default=(1, 16),
                         help="comma-separated slots of the decode graphs (default 1,16)")
@@ -66,6 +71,8 @@ def quant_config(args: argparse.Namespace, is_gguf: bool):
     from mtpedge.export.quantize_bundle import QuantConfig
 
     precision = args.precision
+    if precision == "auto" and getattr(args, "mtp_adapter", None):  # adapter graphs are float32 only
+        return None
     if precision == "auto" and is_gguf:
         from mtpedge.export.quantize_bundle import FAST
 
@@ -119,7 +126,12 @@ def run(args: argparse.Namespace) -> int:
     if args.mtp_adapter:  # adapter graphs make every call a little slower: never the plain default bundle
         label = "mtp"
     out = args.out or default_bundle_dir(args.model, args.context, label)
-    config = ExportConfig(context=args.context, context_buckets=args.context_buckets, prefill_width=args.prefill_width,
+    buckets = args.context_buckets
+    if buckets in ("auto", "none"):  # auto: what generate/chat/serve/bench export for themselves
+        fast = args.precision == "auto" and is_gguf and not soc and not args.mtp_adapter
+        widest = max(args.prefill_width, *args.decode_widths)
+        buckets = fast_buckets(args.context, widest) if buckets == "auto" and fast else ()
+    config = ExportConfig(context=args.context, context_buckets=buckets, prefill_width=args.prefill_width,
                           decode_widths=args.decode_widths, check_parity=not args.no_parity_check,
                           quantization=quantization, target_soc=soc, mtp_adapter=args.mtp_adapter,
                           learned_masks=args.masks)

@@ -87,3 +87,23 @@ def test_float_activation_roles_keep_those_matmuls_at_accuracy_level_0(tiny_bund
               for n in model.graph.node if n.op_type == "MatMulNBits"}
     assert levels and all((level == 0) == ("down_proj" in name) for name, level in levels.items())
     assert any("down_proj" in name for name in levels)
+
+
+def test_export_auto_gets_the_fast_buckets_and_an_adapter_stays_float32(tmp_path, monkeypatch):
+    import mtpedge.export.bundle_writer as writer
+    from mtpedge.main import main
+
+    seen = []
+    monkeypatch.setattr(writer, "export_bundle", lambda model, out, config, progress: seen.append((out, config)))
+    gguf = str(tmp_path / "m.gguf")
+    assert main(["export", gguf, "--out", str(tmp_path / "a")]) == 0
+    assert seen[-1][1].context_buckets == (256, 512) and seen[-1][1].quantization == FAST
+    assert main(["export", gguf, "--out", str(tmp_path / "b"), "--context", "512"]) == 0
+    assert seen[-1][1].context_buckets == (256,)
+    assert main(["export", gguf, "--out", str(tmp_path / "c"), "--precision", "gguf"]) == 0
+    assert seen[-1][1].context_buckets == ()
+    assert main(["export", gguf, "--out", str(tmp_path / "d"), "--context-buckets", "128"]) == 0
+    assert seen[-1][1].context_buckets == (128,)
+    assert main(["export", gguf, "--mtp-adapter", "a.pt"]) == 0
+    assert seen[-1][1].quantization is None and seen[-1][1].context_buckets == ()
+    assert seen[-1][0].name.endswith("-mtp")
