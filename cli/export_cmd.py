@@ -55,7 +55,8 @@ def add_precision_arguments(parser: argparse.ArgumentParser, with_auto: bool = T
                         help="weights: gguf = the GGUF file's own 4/5/6/8-bit grid, exactly (MatMulNBits); "
                              "int8/int4 = round-to-nearest blocks; qdq = 16-bit activations, 8-bit weights for the "
                              "Qualcomm HTP; auto = for GGUF sources the fast default (gguf with int8-activation "
-                             "kernels, the bundle generate/chat/serve/bench use), else float32")
+                             "kernels, the bundle generate/chat/serve/bench use), else float32 (and float32 with "
+                             "--mtp-adapter, whose graphs are float32 only)")
     parser.add_argument("--output-layer", choices=["same", "float32", "int8", "int4"], default="same",
                         help="precision of the output (lm_head) layer (default: same as --precision)")
     parser.add_argument("--block-size", type=int, default=32, help="int8/int4 block size (default 32)")
@@ -73,7 +74,7 @@ def quant_config(args: argparse.Namespace, is_gguf: bool):
     precision = args.precision
     if precision == "auto" and getattr(args, "mtp_adapter", None):  # adapter graphs are float32 only
         return None
-    if precision == "auto" and is_gguf:
+    if precision == "auto" and is_gguf:  # learned masks attach to it too (ExportConfig)
         from mtpedge.export.quantize_bundle import FAST
 
         return replace(FAST, quality_report=not args.no_quality_report)
@@ -105,15 +106,10 @@ def target_soc(args: argparse.Namespace) -> str | None:
     return args.soc
 
 
-def run(args: argparse.Namespace) -> int:
-    try:
-        from mtpedge.export.bundle_writer import ExportConfig, export_bundle
-        from mtpedge.export.learned_masks import MasksFileError
-        from mtpedge.models.loading import ModelLoadError
-    except ImportError as err:
-        raise SystemExit(
-            f"export needs the export extras ({err.name} is missing): pip install 'mtpedge[export]'"
-        ) from err
+def export_plan(args: argparse.Namespace):
+    """(bundle folder, ExportConfig) of the command line: every option checked before the model loads."""
+    from mtpedge.export.bundle_writer import ExportConfig
+
     is_gguf = args.model is None or str(args.model).endswith(".gguf")  # the default model is a GGUF
     soc = target_soc(args)  # first: --target qnn makes "auto" mean qdq
     quantization = quant_config(args, is_gguf)
@@ -135,6 +131,19 @@ def run(args: argparse.Namespace) -> int:
                           decode_widths=args.decode_widths, check_parity=not args.no_parity_check,
                           quantization=quantization, target_soc=soc, mtp_adapter=args.mtp_adapter,
                           learned_masks=args.masks)
+    return out, config
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        from mtpedge.export.bundle_writer import export_bundle
+        from mtpedge.export.learned_masks import MasksFileError
+        from mtpedge.models.loading import ModelLoadError
+    except ImportError as err:
+        raise SystemExit(
+            f"export needs the export extras ({err.name} is missing): pip install 'mtpedge[export]'"
+        ) from err
+    out, config = export_plan(args)
     try:
         export_bundle(args.model, out, config, progress=print)
     except (ModelLoadError, MasksFileError) as err:

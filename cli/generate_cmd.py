@@ -26,8 +26,12 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     add_precision_argument(parser)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    parser.add_argument("--top-k", type=int, default=0)
-    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--top-k", type=int, default=None, help="sample from the K most likely tokens only "
+                        "(default 40 when sampling; 0 = no limit)")
+    parser.add_argument("--top-p", type=float, default=None, help="sample from the smallest set of tokens whose "
+                        "probabilities add up to P (default 0.95 when sampling; 1 = no limit)")
+    parser.add_argument("--min-p", type=float, default=None, help="drop tokens less than MIN_P times as likely as "
+                        "the most likely one (default 0.05 when sampling; 0 = no limit)")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
     parser.add_argument("--drafter", default="none",
@@ -73,7 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def sampling_from(args: argparse.Namespace) -> SamplingConfig:
-    return SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+    return SamplingConfig.with_defaults(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)
 
 
 def drafter_options(args: argparse.Namespace) -> dict:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
+import threading
 
 COMMANDS = {
     "export": ("mtpedge.export_cmd", "export a model (GGUF file or Hugging Face folder) to a bundle"),
@@ -19,7 +21,15 @@ COMMANDS = {
     "serve": ("mtpedge.serve_cmd", "OpenAI-compatible local HTTP server (/v1/chat/completions, /v1/completions)"),
     "train-dmtd": ("mtpedge.train_dmtd_cmd", "train DMTD's late-layer decoding copy (and export a DMTD bundle)"),
     "bench": ("mtpedge.bench_cmd", "Spec-Bench questions through every decoding method and peer, plus a width sweep"),
+    "verify": ("mtpedge.verify_cmd", "check a bundle's files against the SHA-256 hashes its export recorded"),
 }
+
+
+def _terminated(signum, frame) -> None:
+    """SIGTERM ends a command as Ctrl-C does, through its cleanup (an export removes its temporary folder),
+    but as SystemExit, so that nothing that catches KeyboardInterrupt (chat's prompt) keeps running."""
+    print("\nterminated", file=sys.stderr)
+    raise SystemExit(128 + signum)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     from mtpedge.runtime.bundle import BundleError
     from mtpedge.runtime.kv_cache import ContextOverflowError
 
+    in_main_thread = threading.current_thread() is threading.main_thread()  # where Python runs signal handlers
+    previous = signal.signal(signal.SIGTERM, _terminated) if in_main_thread else None
     try:
         return importlib.import_module(args.module).run(args) or 0
     except (BundleError, ContextOverflowError, ValueError) as err:
@@ -45,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 if __name__ == "__main__":

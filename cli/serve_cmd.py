@@ -1,19 +1,24 @@
-"""mtpedge serve [--bundle DIR | --model PATH] [--host 127.0.0.1] [--port 8000]: an OpenAI-compatible local server.
+"""mtpedge serve [--bundle DIR | --model PATH] [--host 127.0.0.1] [--port 8000] [--api-key KEY]: an
+OpenAI-compatible local server.
 
     curl http://127.0.0.1:8000/v1/chat/completions -H 'Content-Type: application/json' \\
          -d '{"messages": [{"role": "user", "content": "Hi"}], "stream": true}'
+
+Bound to loopback (the default) it answers requests addressed to localhost only; bound to anything else it
+needs an API key (server/access.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import ipaddress
+import os
 import signal
 import sys
 
 from mtpedge.bundles import ensure_bundle
 from mtpedge.generate_cmd import add_precision_argument
+from mtpedge.runtime.sampling import DEFAULT_TEMPERATURE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,26 +27,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--context", type=int, default=1024, help="context of an automatic export (default 1024)")
     add_precision_argument(parser)
     parser.add_argument("--host", default="127.0.0.1",
-                        help="address to listen on (default 127.0.0.1: this machine only; the server has no "
-                             "authentication, so think twice before binding anything else)")
+                        help="address to listen on (default 127.0.0.1: this machine only; any other address "
+                             "needs --api-key)")
+    parser.add_argument("--api-key", default=os.environ.get("MTPEDGE_API_KEY"),
+                        help="key clients must send as `Authorization: Bearer KEY` (default: the MTPEDGE_API_KEY "
+                             "environment variable, which other users cannot read in the process list; "
+                             "required unless --host is a loopback address)")
     parser.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0 = any free port)")
     parser.add_argument("--drafter", default="none",
                         help="drafter for requests that name none (none = plain decoding); a request may pick "
                              "another with the extension field `drafter`")
-    parser.add_argument("--temperature", type=float, default=1.0,
-                        help="temperature for requests that name none (default 1.0, as OpenAI's API)")
+    parser.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE,
+                        help=f"temperature for requests that name none (default {DEFAULT_TEMPERATURE}, llama.cpp's "
+                             "and ollama's; OpenAI's API uses 1.0); top-k 40, top-p 0.95 and min-p 0.05 apply "
+                             "unless a request sets them")
     parser.add_argument("--max-queue", type=int, default=64,
                         help="requests allowed to wait for the engine; more get 503 (default 64)")
     parser.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("mtpedge serve needs aiohttp: `pip install 'mtpedge[serve]'`") from err
     from mtpedge.runtime.drafters import drafter_names
     from mtpedge.runtime.engine import Engine
+    from mtpedge.server.access import check_bind
     from mtpedge.server.app import ServerConfig
     from mtpedge.server.worker import EngineWorker
 
@@ -60,13 +63,12 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--temperature must be in [0, 2], got {args.temperature}")
     if args.max_queue < 1:
         raise ValueError(f"--max-queue must be >= 1, got {args.max_queue}")
-    if not is_loopback(args.host):
-        print(f"warning: listening on {args.host}, not a loopback address: anyone who can reach it can use the "
-              "model (there is no authentication)", file=sys.stderr)
+    check_bind(args.host, args.api_key)  # before the model loads
     engine = Engine.load(ensure_bundle(args.bundle, args.model, args.context, precision=args.precision),
                          threads=args.threads)
     worker = EngineWorker(engine, args.drafter, args.max_queue)
-    config = ServerConfig(model_id=engine.manifest.model_name, default_temperature=args.temperature)
+    config = ServerConfig(model_id=engine.manifest.model_name, default_temperature=args.temperature,
+                          api_key=args.api_key or None)
     try:
         asyncio.run(_serve(worker, config, args.host, args.port))
     finally:

@@ -7,7 +7,6 @@ complete and checked, so an interrupted export leaves no half bundle that looks 
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import time
 from collections.abc import Callable
@@ -19,14 +18,14 @@ import onnx
 import torch
 
 from mtpedge import __version__
-from mtpedge.runtime.bundle import MANIFEST, GraphEntry, Manifest, TokenizerInfo
+from mtpedge.runtime.bundle import GraphEntry, Manifest, TokenizerInfo, write_manifest
 from mtpedge.runtime.contract import DEFAULT_MASK_VALUE, graph_name
 
 from ..models.loading import LoadedModel, load_model
 from .onnx_graphs import SharedWeights, check_contract, trace_graph
 from .parity import graph_parity
 from .precision import Precision
-from .staging import replace_folder
+from .staging import replace_folder, staging_folder
 from .tree_templates import tree_template_extras
 
 log = logging.getLogger(__name__)
@@ -112,19 +111,15 @@ def export_bundle(
     say = progress or log.info
     out_dir = Path(out_dir)
     started = time.perf_counter()
-    loaded = model if isinstance(model, LoadedModel) else load_model(model)
-    cfg = loaded.config
-    masks = _learned_masks(config, loaded)  # before any work: a wrong masks file fails fast
-    say(f"loaded {loaded.name}: {cfg.architecture}, {cfg.num_layers} layers, hidden {cfg.hidden_size}, "
-        f"vocab {cfg.vocab_size} ({time.perf_counter() - started:.1f} s)")
-
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".{out_dir.name}.partial-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    tmp = staging_folder(out_dir, "partial")  # first: a folder that cannot be written fails before the load
     try:
+        loaded = model if isinstance(model, LoadedModel) else load_model(model)
+        cfg = loaded.config
+        masks = _learned_masks(config, loaded)  # before any work: a wrong masks file fails fast
+        say(f"loaded {loaded.name}: {cfg.architecture}, {cfg.num_layers} layers, hidden {cfg.hidden_size}, "
+            f"vocab {cfg.vocab_size} ({time.perf_counter() - started:.1f} s)")
         manifest = _write_contents(loaded, tmp, config, say, masks)
-        (tmp / MANIFEST).write_text(manifest.to_json())
+        write_manifest(tmp, manifest)  # with every file's size and SHA-256
         if config.quantization is None and config.target_soc is None:
             replace_folder(tmp, out_dir)
         else:  # the float bundle is the quantizer's input and the quality report's reference

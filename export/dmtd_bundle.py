@@ -23,7 +23,7 @@ from pathlib import Path
 import onnx
 import torch
 
-from mtpedge.runtime.bundle import MANIFEST, read_manifest
+from mtpedge.runtime.bundle import read_manifest, write_manifest
 from mtpedge.runtime.contract import GraphShape
 
 from ..models.dmtd_train import load_head
@@ -106,7 +106,7 @@ def export_dmtd_bundle(loaded: LoadedModel, checkpoint: Path, out_dir: Path, con
             "checkpoint_sha256": hashlib.sha256(checkpoint.read_bytes()).hexdigest(),
             "parts": parts,
         }
-        (tmp / MANIFEST).write_text(dataclasses.replace(manifest, extras=extras).to_json())
+        write_manifest(tmp, dataclasses.replace(manifest, extras=extras))
         replace_folder(tmp, out_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

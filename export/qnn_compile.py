@@ -20,7 +20,7 @@ from pathlib import Path
 import onnx
 import onnxruntime as ort
 
-from mtpedge.runtime.bundle import MANIFEST, read_manifest
+from mtpedge.runtime.bundle import read_manifest, write_manifest
 from mtpedge.runtime.qnn import DISABLE_CPU_FALLBACK, qnn_devices, qnn_module
 
 from .staging import copy_host_files, staged_folder
@@ -101,6 +101,6 @@ def compile_qnn_bundle(src: str | Path, out_dir: str | Path, soc_name: str,
                   "context_binaries": binaries, "onnxruntime": ort.__version__,
                   "onnxruntime_qnn": getattr(qnn_module(), "__version__", None)}
         new = replace(manifest, graphs=entries, extras={**manifest.extras, "qnn": target})
-        (tmp / MANIFEST).write_text(new.to_json())
+        write_manifest(tmp, new)
     say(f"QNN bundle for {soc.name} written to {out_dir} ({time.perf_counter() - started:.1f} s)")
     return out_dir

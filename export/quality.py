@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mtpedge.runtime.bundle import MANIFEST, Manifest
+from mtpedge.runtime.bundle import Manifest, write_manifest
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import generate
 
@@ -171,8 +171,7 @@ def write_manifest_with_quality(folder: Path, src: Path, manifest: Manifest, wit
                                 say: Callable[[str], None]) -> None:
     """Write a quantized bundle's manifest, then add its quality report against the float bundle `src` if
     asked (the report loads the bundle itself, so the manifest is written first)."""
-    (folder / MANIFEST).write_text(manifest.to_json())
+    write_manifest(folder, manifest)
     if with_report:
         report = quality_report(folder, src, progress=say)
-        manifest = replace(manifest, extras={**manifest.extras, "quality": report})
-        (folder / MANIFEST).write_text(manifest.to_json())
+        write_manifest(folder, replace(manifest, extras={**manifest.extras, "quality": report}))

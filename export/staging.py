@@ -1,25 +1,67 @@
 """Atomic bundle writing: every bundle is built in a hidden folder beside its target and moved into place
-only when complete, so an interrupted run leaves no half bundle that looks whole."""
+only when complete, so an interrupted run leaves no half bundle that looks whole.
+
+The hidden folders are named `.<bundle>.<tag>-<pid>`. A run killed outright (SIGKILL, a power cut) cannot
+remove its own, so the next run writing the same bundle removes those whose process is gone.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from mtpedge.runtime.bundle import Manifest
+from mtpedge.runtime.bundle import BundleError, Manifest
+
+
+def staging_folder(out_dir: Path, tag: str) -> Path:
+    """Create the empty hidden folder a bundle for `out_dir` is built in (after clearing stale ones).
+
+    Called before any slow work, so that a place that cannot be written fails at once."""
+    tmp = out_dir.parent / f".{out_dir.name}.{tag}-{os.getpid()}"
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_staging(out_dir)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+    except OSError as err:
+        raise BundleError(f"cannot write the bundle {out_dir} ({err.strerror or err}): pass a writable --out "
+                          "(or --bundle an existing one), or point MTPEDGE_CACHE to a writable folder") from err
+    return tmp
+
+
+def remove_stale_staging(out_dir: Path) -> list[Path]:
+    """Remove hidden work folders of `out_dir` whose process no longer runs; returns the removed ones."""
+    pattern = re.compile(rf"\.{re.escape(out_dir.name)}\.[\w-]+?-(\d+)")
+    removed = []
+    for path in out_dir.parent.glob(f".{out_dir.name}.*-*"):
+        found = pattern.fullmatch(path.name)
+        if found and path.is_dir() and not path.is_symlink() and not _running(int(found.group(1))):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 @contextmanager
 def staged_folder(out_dir: Path, tag: str) -> Iterator[Path]:
     """Yield an empty temporary folder; when the block succeeds it replaces `out_dir`, when it fails it is
     deleted (and an older `out_dir` stays as it was)."""
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".{out_dir.name}.{tag}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    tmp = staging_folder(out_dir, tag)
     try:
         yield tmp
     except BaseException:

@@ -9,15 +9,20 @@ import threading
 from pathlib import Path
 
 from mtpedge.runtime.engine import Engine
+from mtpedge.runtime.sampling import DEFAULT_TEMPERATURE
 from mtpedge.server.app import ServerConfig, start_server
 from mtpedge.server.worker import EngineWorker
 
 
 class LiveServer:
-    def __init__(self, bundle: Path, drafter: str = "none", max_queue: int = 64, temperature: float = 1.0) -> None:
+    """config: further ServerConfig fields (api_key, header_timeout_s, ...)."""
+
+    def __init__(self, bundle: Path, drafter: str = "none", max_queue: int = 64,
+                 temperature: float = DEFAULT_TEMPERATURE, **config) -> None:
         self.engine = Engine.load(bundle)
         self.worker = EngineWorker(self.engine, drafter, max_queue)
-        self.config = ServerConfig(model_id=self.engine.manifest.model_name, default_temperature=temperature)
+        self.config = ServerConfig(model_id=self.engine.manifest.model_name, default_temperature=temperature,
+                                   **config)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="test-server", daemon=True)
         self.thread.start()
@@ -36,19 +41,26 @@ class LiveServer:
     def connect(self, timeout: float = 60) -> http.client.HTTPConnection:
         return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
 
-    def request(self, method: str, path: str, body: dict | bytes | None = None) -> tuple[int, dict]:
-        """One request; returns (status, parsed JSON body)."""
+    def request(self, method: str, path: str, body: dict | bytes | None = None,
+                headers: dict[str, str] | None = None) -> tuple[int, dict]:
+        """One request; returns (status, parsed JSON body). `headers` add to or replace the JSON content type."""
+        status, _, payload = self.exchange(method, path, body, headers)
+        return status, payload
+
+    def exchange(self, method: str, path: str, body: dict | bytes | None = None,
+                 headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], dict]:
+        """One request; returns (status, response headers, parsed JSON body)."""
         conn = self.connect()
         try:
             data = body if isinstance(body, bytes | None) else json.dumps(body).encode()
-            conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
+            conn.request(method, path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
             response = conn.getresponse()
-            return response.status, json.loads(response.read())
+            return response.status, dict(response.getheaders()), json.loads(response.read())
         finally:
             conn.close()
 
-    def post(self, path: str, body: dict | bytes) -> tuple[int, dict]:
-        return self.request("POST", path, body)
+    def post(self, path: str, body: dict | bytes, headers: dict[str, str] | None = None) -> tuple[int, dict]:
+        return self.request("POST", path, body, headers)
 
     def stream(self, path: str, body: dict) -> list[dict]:
         """A streaming request read to the end: the parsed `data:` events, `[DONE]` checked and dropped."""

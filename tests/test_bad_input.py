@@ -14,6 +14,7 @@ from mtpedge.runtime.bundle import BundleError, read_manifest
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import generate
 from mtpedge.runtime.kv_cache import ContextOverflowError
+from mtpedge.runtime.sampling import NonFiniteLogitsError
 
 
 def test_missing_model_path(tmp_path):
@@ -179,3 +180,16 @@ def test_cli_reports_errors_without_a_traceback(tmp_path, capsys, tiny_bundle):
         main(["generate", "hi", "--bundle", str(tiny_bundle("llama")), "--drafter", "nope"])
     assert exit_info.value.code == 2
     assert "invalid choice: 'nope'" in capsys.readouterr().err
+
+
+def test_garbage_in_the_weights_stops_generation_with_a_clear_error(tmp_path, tiny_bundle, capsys):
+    folder = copy_bundle(tiny_bundle, tmp_path)
+    weights = folder / "weights.data"
+    with open(weights, "r+b") as handle:  # 4 KB of NaN in the middle: same size, so the load check passes
+        handle.seek(weights.stat().st_size // 2)
+        handle.write(b"\xff" * 4096)
+    engine = Engine.load(folder)
+    with pytest.raises(NonFiniteLogitsError, match="not numbers"):
+        generate(engine, [5, 6, 7], max_new_tokens=8)
+    assert main(["generate", "hi", "--bundle", str(folder)]) == 2
+    assert "not numbers" in capsys.readouterr().err

@@ -1,11 +1,19 @@
-"""Choosing tokens (greedy, temperature, top-k, top-p) and verifying a tree against those choices."""
+"""Choosing tokens (greedy, temperature, top-k, top-p, min-p) and verifying a tree against those choices."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from mtpedge.runtime.sampling import Sampler, SamplingConfig, probabilities
+from mtpedge.runtime.sampling import (
+    DEFAULT_MIN_P,
+    DEFAULT_TOP_K,
+    DEFAULT_TOP_P,
+    NonFiniteLogitsError,
+    Sampler,
+    SamplingConfig,
+    probabilities,
+)
 from mtpedge.runtime.tree import SLOT, DraftTree
 from mtpedge.runtime.verify import accepted_tokens, verify_tree
 
@@ -45,7 +53,48 @@ def test_seeded_sampling_repeats_and_follows_the_distribution():
     np.testing.assert_allclose(counts, [0.6, 0.3, 0.1], atol=0.03)
 
 
-@pytest.mark.parametrize("kwargs", [{"temperature": -1}, {"top_k": -2}, {"top_p": 0.0}, {"top_p": 1.5}])
+def test_min_p_keeps_tokens_at_least_min_p_times_as_likely_as_the_best():
+    logits = np.log(np.array([0.5, 0.3, 0.15, 0.05]))
+    probs = probabilities(logits, SamplingConfig(temperature=1.0, min_p=0.2))  # threshold 0.1
+    np.testing.assert_allclose(probs, [0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0])
+    probs = probabilities(logits, SamplingConfig(temperature=1.0, min_p=0.7))
+    np.testing.assert_allclose(probs, [1, 0, 0, 0])
+
+
+def test_unset_truncation_gets_the_llama_cpp_defaults_when_sampling():
+    sampled = SamplingConfig.with_defaults(0.8, seed=3)
+    assert (sampled.top_k, sampled.top_p, sampled.min_p, sampled.seed) == (DEFAULT_TOP_K, DEFAULT_TOP_P,
+                                                                            DEFAULT_MIN_P, 3)
+    assert (DEFAULT_TOP_K, DEFAULT_TOP_P, DEFAULT_MIN_P) == (40, 0.95, 0.05)
+    # a setting that is given is kept, 0 / 1.0 included (they switch that truncation off)
+    given = SamplingConfig.with_defaults(0.8, top_k=0, top_p=1.0, min_p=0.0)
+    assert (given.top_k, given.top_p, given.min_p) == (0, 1.0, 0.0)
+    assert SamplingConfig.with_defaults(0.0) == SamplingConfig()  # greedy: truncation means nothing
+
+
+def test_a_long_tail_is_cut_by_the_defaults():
+    # one likely token and 49k unlikely ones, as a chat model's logits look: without truncation the tail
+    # together outweighs the answer; with the defaults only the head can be drawn
+    logits = np.full(49152, -2.0)
+    logits[[7, 8]] = [8.0, 6.5]
+    plain = probabilities(logits, SamplingConfig(temperature=1.0))
+    assert plain[[7, 8]].sum() < 0.5
+    default = probabilities(logits, SamplingConfig.with_defaults(1.0))
+    assert set(np.flatnonzero(default)) == {7, 8}
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_logits_that_are_not_numbers_stop_with_a_clear_error(bad, temperature):
+    logits = np.array([0.5, 2.0, bad, 1.0], dtype=np.float32)
+    with pytest.raises(NonFiniteLogitsError, match="not numbers.*mtpedge verify"):
+        Sampler(SamplingConfig(temperature=temperature, seed=0)).choose(logits)
+    with pytest.raises(NonFiniteLogitsError):
+        Sampler(SamplingConfig()).choose(np.full(4, -np.inf, dtype=np.float32))
+
+
+@pytest.mark.parametrize("kwargs", [{"temperature": -1}, {"temperature": float("nan")}, {"top_k": -2},
+                                    {"top_p": 0.0}, {"top_p": 1.5}, {"min_p": -0.1}, {"min_p": 1.0}])
 def test_bad_sampling_settings_are_refused(kwargs):
     with pytest.raises(ValueError):
         SamplingConfig(**kwargs)
@@ -91,3 +140,17 @@ def test_verify_never_accepts_a_slot_node():
 def test_plain_decoding_is_verification_of_a_one_node_tree():
     path, bonus = verify_tree(DraftTree.single(5), one_hot_logits([2]), greedy)
     assert path == [0] and bonus == 2
+
+
+def test_generate_and_chat_flags_leave_truncation_to_the_defaults():
+    import argparse
+
+    from mtpedge.generate_cmd import add_arguments, sampling_from
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert sampling_from(parser.parse_args(["hi", "--temperature", "0.7", "--seed", "2"])) == \
+        SamplingConfig(temperature=0.7, top_k=40, top_p=0.95, min_p=0.05, seed=2)
+    given = parser.parse_args(["hi", "--temperature", "0.7", "--top-k", "0", "--top-p", "0.5", "--min-p", "0.1"])
+    assert sampling_from(given) == SamplingConfig(temperature=0.7, top_k=0, top_p=0.5, min_p=0.1)
+    assert sampling_from(parser.parse_args(["hi"])) == SamplingConfig()

@@ -254,7 +254,7 @@ def wait_idle(server: LiveServer, count: int, results: list, timeout: float = 30
 def raw_request(server: LiveServer, path: str, body: dict) -> socket.socket:
     data = json.dumps(body).encode()
     sock = socket.create_connection((server.host, server.port), timeout=30)
-    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: {server.host}:{server.port}\r\nContent-Type: application/json\r\n"
                  f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
     return sock
 

@@ -7,6 +7,11 @@ Responses carry OpenAI's `usage` plus an `mtpedge` object with the run's stats (
 queue wait). Every refusal is a JSON error body with a 4xx/5xx status; a handler never takes the server down.
 The runner is built with handler_cancellation, so a client that disconnects cancels its handler, and the
 handler's `finally` cancels the job.
+
+No request holds the event loop: the body is parsed and the prompt tokenized on other threads, a text that
+cannot fit the context is refused before it is tokenized (`TextTokenizer.tokens_at_least`), and a client
+that sends its request head or body too slowly is cut off (`ServerConfig`'s timeouts). Who may call at all
+is access.py's business.
 """
 
 from __future__ import annotations
@@ -19,11 +24,13 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-import jinja2
 from aiohttp import web
 
 from mtpedge.runtime.drafters import drafter_names
+from mtpedge.runtime.sampling import DEFAULT_TEMPERATURE
+from mtpedge.runtime.tokenizer import ChatTemplateError, TextTokenizer
 
+from .access import access_guard, check_bind, is_loopback
 from .protocol import ApiError, CompletionRequest, parse_json_body, parse_request
 from .worker import EngineWorker, Failed, Finished, Job, TextDelta
 
@@ -34,15 +41,21 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 @dataclass(frozen=True)
 class ServerConfig:
     model_id: str
-    default_temperature: float = 1.0  # OpenAI's default when a request names none
+    default_temperature: float = DEFAULT_TEMPERATURE  # for a request that names none (llama.cpp's; OpenAI's is 1)
+    api_key: str | None = None  # required from clients (Authorization: Bearer) when set; see access.py
+    # a connection must send a whole request head within this long of opening (or of its last response), and
+    # a request its whole body within body_timeout_s: else it is closed (half-sent requests held sockets forever)
+    header_timeout_s: float = 15.0
+    body_timeout_s: float = 60.0
 
 
 WORKER = web.AppKey("worker", EngineWorker)
 CONFIG = web.AppKey("config", ServerConfig)
 
 
-def make_app(worker: EngineWorker, config: ServerConfig) -> web.Application:
-    app = web.Application(middlewares=[json_errors], client_max_size=MAX_BODY_BYTES)
+def make_app(worker: EngineWorker, config: ServerConfig, loopback_bind: bool = True) -> web.Application:
+    app = web.Application(middlewares=[json_errors, access_guard(loopback_bind, config.api_key)],
+                          client_max_size=MAX_BODY_BYTES)
     app[WORKER], app[CONFIG] = worker, config
     app.router.add_get("/health", health)
     app.router.add_get("/v1/models", list_models)
@@ -58,7 +71,10 @@ async def json_errors(request: web.Request, handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except ApiError as err:
-        return web.json_response(err.body(), status=err.status)
+        response = web.json_response(err.body(), status=err.status, headers=err.headers)
+        if err.status == 408:  # the rest of the body may still come: the connection cannot carry another request
+            response.force_close()
+        return response
     except web.HTTPException as err:
         if err.status < 400:
             raise
@@ -106,20 +122,45 @@ async def text_completions(request: web.Request) -> web.StreamResponse:
     return await _complete(request, chat=False)
 
 
-def _prompt_ids(worker: EngineWorker, req: CompletionRequest) -> list[int]:
-    tok = worker.engine.tokenizer
-    if req.chat:
-        try:
-            return tok.encode_chat(list(req.messages))
-        except jinja2.TemplateError as err:  # e.g. the template's own check on role order
-            raise ApiError(400, f"the model's chat template refused the messages: {err}", param="messages") from err
-    if isinstance(req.prompt, str):
-        return tok.encode(req.prompt)
+async def _read_json(request: web.Request, timeout_s: float) -> dict[str, Any]:
+    try:
+        raw = await asyncio.wait_for(request.read(), timeout_s)
+    except asyncio.TimeoutError as err:
+        raise ApiError(408, f"the request body did not arrive within {timeout_s:g} s: send it whole, at once",
+                       code="request_timeout") from err
+    except ConnectionResetError as err:  # the client left mid-body: an answer nobody reads, and no traceback
+        raise ApiError(400, "the connection closed before the request body was complete") from err
+    # json.loads holds the GIL, but off the loop it is preempted every few ms: a 4 MB body stalls no one
+    return await asyncio.to_thread(parse_json_body, raw)
+
+
+async def _prompt_ids(worker: EngineWorker, req: CompletionRequest) -> list[int]:
+    tok, context = worker.engine.tokenizer, worker.engine.context
+    what = "messages" if req.chat else "prompt"
+    if req.chat or isinstance(req.prompt, str):
+        chars = sum(len(m["content"]) for m in req.messages) if req.chat else len(req.prompt)
+        at_least = tok.tokens_at_least(chars)
+        if at_least >= context:  # refused before tokenizing: a 4 MB text would take the tokenizer seconds
+            raise ApiError(400, f"the {what} have {chars} characters, which is at least {at_least} tokens, but the "
+                                f"model's context is {context} tokens: shorten the input", param=what,
+                           code="context_length_exceeded")
+        return await asyncio.to_thread(_encode, tok, req)  # the tokenizer releases the GIL
+    if len(req.prompt) >= context:
+        return list(req.prompt)  # _make_job names the problem; no need to check a million ids first
     vocab = worker.engine.config.vocab_size
     bad = [t for t in req.prompt if not 0 <= t < vocab]
     if bad:
         raise ApiError(400, f"`prompt` has token ids outside [0, {vocab}): {bad[:5]}", param="prompt")
     return list(req.prompt)
+
+
+def _encode(tok: TextTokenizer, req: CompletionRequest) -> list[int]:
+    if not req.chat:
+        return tok.encode(req.prompt)
+    try:
+        return tok.encode_chat(list(req.messages))
+    except ChatTemplateError as err:  # e.g. the template's own check on role order
+        raise ApiError(400, str(err), param="messages") from err
 
 
 def _make_job(worker: EngineWorker, req: CompletionRequest, prompt_ids: list[int]) -> Job:
@@ -144,8 +185,8 @@ def _make_job(worker: EngineWorker, req: CompletionRequest, prompt_ids: list[int
 
 async def _complete(request: web.Request, chat: bool) -> web.StreamResponse:
     worker, config = request.app[WORKER], request.app[CONFIG]
-    req = parse_request(parse_json_body(await request.read()), chat, config.default_temperature)
-    prompt_ids = _prompt_ids(worker, req)
+    req = parse_request(await _read_json(request, config.body_timeout_s), chat, config.default_temperature)
+    prompt_ids = await _prompt_ids(worker, req)
     job = _make_job(worker, req, prompt_ids)
     events, future = worker.submit(job)
     reply = Reply(chat, config.model_id, len(prompt_ids))
@@ -238,7 +279,11 @@ class Reply:
 
 async def start_server(worker: EngineWorker, config: ServerConfig, host: str, port: int) -> web.AppRunner:
     """Start listening; returns the runner (`runner.addresses` has the bound port, `runner.cleanup()` stops)."""
-    runner = web.AppRunner(make_app(worker, config), handler_cancellation=True, access_log=None)
+    check_bind(host, config.api_key)
+    # aiohttp's keep-alive timer runs from a connection's opening and from each response, and closes the
+    # connection if no whole request head has arrived by then: the header timeout
+    runner = web.AppRunner(make_app(worker, config, is_loopback(host)), handler_cancellation=True, access_log=None,
+                           keepalive_timeout=config.header_timeout_s)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
     return runner

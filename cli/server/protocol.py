@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mtpedge.runtime.sampling import SamplingConfig
+from mtpedge.runtime.tokenizer import LONE_SURROGATE
 
 MAX_STOP_SEQUENCES = 4  # OpenAI's limit
 CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
@@ -22,9 +23,10 @@ class ApiError(Exception):
     """A request the server refuses; becomes an OpenAI-style error body with `status`."""
 
     def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
-                 kind: str = "invalid_request_error") -> None:
+                 kind: str = "invalid_request_error", headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
+        self.headers = headers or {}  # e.g. Retry-After on 503
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
@@ -45,8 +47,8 @@ class CompletionRequest:
     drafter: str | None  # mtpedge extension: None = the server's drafter
 
 
-COMMON_FIELDS = {"model", "max_tokens", "temperature", "top_p", "top_k", "stop", "seed", "stream", "stream_options",
-                 "user", "drafter"}
+COMMON_FIELDS = {"model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "seed", "stream",
+                 "stream_options", "user", "drafter"}  # top_k, min_p: llama.cpp's and vLLM's extensions
 CHAT_FIELDS = COMMON_FIELDS | {"messages", "max_completion_tokens"}
 TEXT_FIELDS = COMMON_FIELDS | {"prompt"}
 # OpenAI fields without an implementation here, and the values that mean "not used"
@@ -95,9 +97,12 @@ def parse_request(body: dict[str, Any], chat: bool, default_temperature: float) 
     top_p = _number(body, "top_p", 0.0, 1.0)
     if top_p == 0.0:
         raise ApiError(400, "`top_p` must be greater than 0 (use temperature 0 for greedy decoding)", param="top_p")
-    sampling = SamplingConfig(temperature=default_temperature if temperature is None else temperature,
-                              top_k=_integer(body, "top_k", 0) or 0, top_p=1.0 if top_p is None else top_p,
-                              seed=_integer(body, "seed", 0))
+    min_p = _number(body, "min_p", 0.0, 1.0)
+    if min_p == 1.0:
+        raise ApiError(400, "`min_p` must be below 1 (use temperature 0 for greedy decoding)", param="min_p")
+    # truncation the request leaves unset gets the defaults (top-k 40, top-p 0.95, min-p 0.05) when sampling
+    sampling = SamplingConfig.with_defaults(default_temperature if temperature is None else temperature,
+                                            _integer(body, "top_k", 0), top_p, min_p, _integer(body, "seed", 0))
     stream = _boolean(body, "stream")
     options = body.get("stream_options")
     if options is not None and (not isinstance(options, dict) or set(options) - {"include_usage"}):
@@ -150,6 +155,8 @@ def _stop(value: Any) -> tuple[str, ...]:
     stops = [value] if isinstance(value, str) else value
     if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
         raise ApiError(400, "`stop` must be a non-empty string or a list of non-empty strings", param="stop")
+    for stop in stops:
+        _valid_text(stop, "stop")
     if len(stops) > MAX_STOP_SEQUENCES:
         raise ApiError(400, f"`stop` has {len(stops)} sequences; at most {MAX_STOP_SEQUENCES} are allowed",
                        param="stop")
@@ -179,10 +186,10 @@ def _messages(value: Any) -> tuple[dict[str, str], ...]:
 def _content(value: Any, where: str) -> str:
     """A message's text: a string, or a list of {"type": "text", "text": ...} parts (joined)."""
     if isinstance(value, str):
-        return value
+        return _valid_text(value, f"{where}.content")
     if isinstance(value, list) and all(isinstance(p, dict) and p.get("type") == "text"
                                        and isinstance(p.get("text"), str) for p in value):
-        return "".join(p["text"] for p in value)
+        return _valid_text("".join(p["text"] for p in value), f"{where}.content")
     raise ApiError(400, f"`{where}.content` must be a string or a list of text parts (this model reads text only)",
                    param=f"{where}.content")
 
@@ -193,8 +200,17 @@ def _prompt(value: Any) -> str | tuple[int, ...]:
     if isinstance(value, str):
         if not value:
             raise ApiError(400, "`prompt` is empty: send some text", param="prompt")
-        return value
+        return _valid_text(value, "prompt")
     if isinstance(value, list) and value and all(isinstance(t, int) and not isinstance(t, bool) for t in value):
         return tuple(value)
     raise ApiError(400, "`prompt` must be one string (or a list of token ids); batches of prompts are not "
                         "supported: send one request per prompt", param="prompt")
+
+
+def _valid_text(text: str, param: str) -> str:
+    """JSON can carry a lone UTF-16 surrogate ("\\ud800"), which is not text: refuse it by name."""
+    found = LONE_SURROGATE.search(text)
+    if found:
+        raise ApiError(400, f"`{param}` holds a lone UTF-16 surrogate ({ascii(found.group())} at character "
+                            f"{found.start()}), which is not valid Unicode: send valid text", param=param)
+    return text

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from mtpedge.runtime.bundle import BundleError
 from mtpedge.runtime.drafters import make_drafter
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import Drafter, generate
@@ -72,6 +74,7 @@ class EngineWorker:
         self._waiting = 0
         self._running = False
         self._jobs: set[Job] = set()
+        self._mean_job_s = 1.0  # moving average of a job's engine time: the Retry-After estimate of a full queue
 
     @property
     def waiting(self) -> int:
@@ -84,9 +87,10 @@ class EngineWorker:
     def submit(self, job: Job) -> tuple[asyncio.Queue, Future]:
         with self._lock:
             if self._waiting >= self.max_queue:
+                retry_s = max(1, min(60, math.ceil(self._waiting * self._mean_job_s)))
                 raise ApiError(503, f"the server is busy: {self._waiting} requests are already waiting "
-                                    f"(--max-queue {self.max_queue}); retry later", kind="server_error",
-                               code="queue_full")
+                                    f"(--max-queue {self.max_queue}); retry in about {retry_s} s",
+                               kind="server_error", code="queue_full", headers={"Retry-After": str(retry_s)})
             self._waiting += 1
             self._jobs.add(job)
         loop = asyncio.get_running_loop()
@@ -123,12 +127,17 @@ class EngineWorker:
         with self._lock:
             self._waiting -= 1
             self._running = True
-        queue_s = time.perf_counter() - job.queued_at
+        started = time.perf_counter()
+        queue_s = started - job.queued_at
         try:
             if job.cancel.is_set():
                 emit(Finished("cancelled", 0, {"queue_s": round(queue_s, 4)}))
                 return
             emit(self._generate(job, emit, queue_s))
+            self._mean_job_s += 0.2 * (time.perf_counter() - started - self._mean_job_s)
+        except BundleError as err:  # the model itself is broken (e.g. NaN logits): say so, and keep serving
+            log.error("generation failed: %s", err)
+            emit(Failed(ApiError(500, str(err), kind="server_error", code="model_error")))
         except Exception as err:  # reported to the one request that caused it; the server keeps serving
             log.exception("generation failed")
             emit(Failed(err))
