@@ -54,7 +54,7 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
 
     torch.set_num_threads(args.threads)
-    engine = Engine.load(ensure_bundle(args.bundle, None, 1024), threads=args.threads)
+    engine = Engine.load(ensure_bundle(args.bundle, None, 1024, precision="float32"), threads=args.threads)
     model_path = default_model_path()
     hf = AutoModelForCausalLM.from_pretrained(model_path.parent, gguf_file=model_path.name,
                                               dtype=torch.float32).eval()
