@@ -145,8 +145,9 @@ def run(args: argparse.Namespace) -> int:
     if len(docs) > 1:
         _write_side_by_side(docs, folders, out, plots=not args.no_plots)
     problems = [f"{d['settings']['threads']} thread(s): {p}" for d in docs for p in validate_report(d)]
-    summary = {f"{m['name']}@{d['settings']['threads']}": {k: d["summary"][m["name"]]["overall"][k]
-                                                          for k in ("tau", "tokens_per_s", "speedup")}
+    suffix = (lambda d: f"@{d['settings']['threads']}") if len(docs) > 1 else (lambda d: "")  # noqa: E731
+    summary = {f"{m['name']}{suffix(d)}": {k: d["summary"][m["name"]]["overall"][k]
+                                           for k in ("tau", "tokens_per_s", "speedup")}
                for d in docs for m in d["methods"] if m["status"] == "ran"}
     print(json.dumps({"out": str(out), "elapsed_s": round(sum(d["elapsed_s"] for d in docs), 1),
                       "methods": summary, "problems": problems}))
