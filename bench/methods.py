@@ -44,48 +44,19 @@ class Method(Protocol):
     def close(self) -> None: ...
 
 
-def _option_value(text: str) -> bool | int | float | str:
-    if text.lower() in ("true", "false"):  # "false" must not reach a drafter as a (truthy) string
-        return text.lower() == "true"
-    for convert in (int, float):
-        try:
-            return convert(text)
-        except ValueError:
-            pass
-    return text
-
-
-def parse_method_spec(spec: str) -> tuple[str, dict[str, bool | int | float | str]]:
-    """"hybrid:width=32:masks=2" -> ("hybrid", {"width": 32, "masks": 2}); a plain name has no options.
-
-    Options are the drafter's keyword arguments (`make_drafter`), so one run can compare settings side by side.
-    """
-    name, *pairs = spec.split(":")
-    options: dict[str, bool | int | float | str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key or not value:
-            raise ValueError(f"method {spec!r}: options are key=value after the name, e.g. hybrid:width=32:masks=2")
-        options[key.replace("-", "_")] = _option_value(value)
-    return name, options
-
-
 class DrafterMethod:
-    """An mtpedge drafter (or plain decoding) over a shared Engine, greedy; `spec` may carry drafter options."""
+    """An mtpedge drafter (or plain decoding) over a shared Engine, greedy; `spec` names it with its options
+    ("hybrid:width=32"), as everywhere in mtpedge."""
 
     kind = "mtpedge"
 
     def __init__(self, engine, spec: str) -> None:
-        from mtpedge.runtime.drafters import drafter_names, make_drafter
+        from mtpedge.runtime.drafters import make_drafter, parse_drafter
 
-        drafter_name, options = parse_method_spec(spec)
-        if drafter_name not in drafter_names():
-            raise ValueError(f"unknown method {drafter_name!r}: mtpedge drafters are {', '.join(drafter_names())}")
-        if drafter_name == "none" and options:
-            raise ValueError(f"method {spec!r}: plain decoding takes no options")
+        parsed = parse_drafter(spec)
         self.engine = engine
         self.name = spec
-        self._make = lambda: make_drafter(drafter_name, engine, **options)
+        self._make = lambda: make_drafter(parsed, engine)
         self._make()  # fail now, not at the first question, if the drafter cannot run on this bundle
 
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int) -> MethodRun:
@@ -97,32 +68,7 @@ class DrafterMethod:
         # generate() counts the first token inside prefill time; everything after is decode
         return MethodRun(result.token_ids, s.prefill_seconds, s.elapsed_seconds, s.decode_calls,
                          Counter(s.accepted_histogram), s.graph_seconds,
-                         {"finish_reason": s.finish_reason, "prefill_calls": s.prefill_calls})
-
-    def close(self) -> None:
-        pass
-
-
-class DmtdMethod:
-    """`dmtd-spec` (lossless) or `dmtd` (lossy, τ = 4) on a DMTD bundle's part graphs, greedy."""
-
-    kind = "mtpedge"
-
-    def __init__(self, engine, name: str, threads: int | None = None) -> None:
-        from mtpedge.runtime.dmtd_parts import DmtdParts
-
-        self.name = name
-        self.parts = DmtdParts(engine, threads=threads)  # refuses a bundle without DMTD parts
-
-    def generate(self, prompt_ids: Sequence[int], max_new_tokens: int) -> MethodRun:
-        from mtpedge.runtime.dmtd import run_dmtd_method
-
-        result = run_dmtd_method(self.name, self.parts, prompt_ids, max_new_tokens)
-        s = result.stats
-        return MethodRun(result.token_ids, s.prefill_seconds, s.elapsed_seconds, s.decode_calls,
-                         Counter(s.accepted_histogram), s.graph_seconds,
-                         {"finish_reason": s.finish_reason, "prefill_calls": s.prefill_calls,
-                          "lossy": s.drafter_settings["lossy"]})
+                         {"finish_reason": s.finish_reason, "prefill_calls": s.prefill_calls, "lossless": s.lossless})
 
     def close(self) -> None:
         pass

@@ -7,6 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+# Spec-Bench's question file, shipped with mtpedge (Apache-2.0; data/spec_bench/SOURCE.md says where it is from)
+SPEC_BENCH = Path(__file__).parent / "data" / "spec_bench" / "question.jsonl"
+
 
 class QuestionFileError(ValueError):
     """A question file that cannot be used; the message says which line and what to fix."""
@@ -80,8 +83,8 @@ def load_questions(path: str | Path, categories: Sequence[str] | None = None,
                    limit: int | None = None, skip: int = 0) -> list[Question]:
     path = Path(path)
     if not path.is_file():
-        raise QuestionFileError(f"question file {path} does not exist: pass --questions "
-                                "(Spec-Bench's data/spec_bench/question.jsonl)")
+        raise QuestionFileError(f"question file {path} does not exist: pass another --questions, or leave it out "
+                                f"for the shipped Spec-Bench file")
     return select_questions(parse_questions(path.read_text().splitlines(), str(path)), categories, limit, skip)
 
 

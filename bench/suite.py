@@ -12,12 +12,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from mtpedge.runtime.bundle import files_sha256
-from mtpedge.runtime.dmtd import DMTD_METHODS
 
 from .aggregate import summarize
 from .machine import describe_machine, load_average
 from .memory import RssMonitor, current_rss_mb
-from .methods import DmtdMethod, DrafterMethod, parse_method_spec
+from .methods import DrafterMethod
 from .peers import PEERS, PeerConfig, make_peer, peer_missing_reason
 from .questions import QUICK_QUESTIONS, Question, load_questions, round_robin, select_questions
 from .report import SCHEMA, markdown
@@ -53,20 +52,23 @@ class BenchSettings:
 
 
 def resolve_methods(requested: Sequence[str], drafters: Sequence[str]) -> list[str]:
-    """Expand "all" (every registered drafter, then every peer); refuse unknown names.
+    """Expand "all" (every lossless drafter, then every peer); refuse unknown names.
 
-    A drafter may carry options ("esp:mask_init=soft"); each such spec is a method of its own.
+    A drafter is named by its spec ("esp:mask_init=soft", see mtpedge.runtime.drafters); each spec is a method of
+    its own. Lossy drafters (dmtd) run only when named: their output is not the model's.
     """
+    from mtpedge.runtime.drafters import DRAFTERS, parse_drafter
+
+    lossless = [name for name in drafters if name not in DRAFTERS or not DRAFTERS[name].lossy]
     names: list[str] = []
     for name in requested:
-        expanded = [*drafters, *PEERS] if name == ALL else [name]
-        for n in expanded:
-            base, options = parse_method_spec(n)
-            if options and base not in drafters:
-                raise ValueError(f"method {n!r}: only mtpedge drafters take options")
-            if base not in drafters and n not in PEERS and n not in DMTD_METHODS:
-                raise ValueError(f"unknown method {n!r}: mtpedge drafters are {', '.join(drafters)}; "
-                                 f"peers are {', '.join(PEERS)}")
+        for n in ([*lossless, *PEERS] if name == ALL else [name]):
+            if n not in PEERS:
+                try:
+                    parse_drafter(n)
+                except ValueError as err:
+                    raise ValueError(f"method {n!r} is neither a peer ({', '.join(PEERS)}) nor a drafter: {err}") \
+                        from err
             if n not in names:
                 names.append(n)
     if BASELINE not in names:
@@ -111,9 +113,7 @@ def run_bench(settings: BenchSettings, say: Callable[[str], None] = log.info,
     methods, statuses = [], []
     explicit = set(settings.methods) - {ALL}
     for name in names:
-        # DMTD: named only, never in "all"
-        mtpedge_method = parse_method_spec(name)[0] in drafter_names() or name in DMTD_METHODS
-        status = {"name": name, "kind": "mtpedge" if mtpedge_method else "peer", "status": "ran"}
+        status = {"name": name, "kind": "peer" if name in PEERS else "mtpedge", "status": "ran"}
         statuses.append(status)
         if status["kind"] == "peer":
             reason = ("no --model for the peers to load" if settings.model is None
@@ -124,10 +124,7 @@ def run_bench(settings: BenchSettings, say: Callable[[str], None] = log.info,
                 continue
         before, load_started = current_rss_mb(), time.perf_counter()
         try:
-            if name in DMTD_METHODS:
-                method = DmtdMethod(engine, name, settings.threads)
-            else:
-                method = DrafterMethod(engine, name) if status["kind"] == "mtpedge" else make_peer(name, peer_config)
+            method = DrafterMethod(engine, name) if status["kind"] == "mtpedge" else make_peer(name, peer_config)
         except BundleError as err:  # a drafter this bundle cannot run (mtp without an adapter): like a missing peer
             status.update(status="missing", reason=str(err))
             say(f"{name}: not run ({err})")

@@ -4,8 +4,9 @@ dmtd-spec vs plain decoding (interleaved, one process), τ of dmtd-spec, and dmt
     python benchmarks/dmtd_eval.py --bundle /tmp/dmtd-bundle --checkpoint /tmp/dmtd-run/d6/dmtd.pt \
         --out benchmarks/results/dmtd --spec-questions 52
 
-Methods are named `none` (the bundle's full graphs through Engine), `dmtd:T` (lossy, cycle T) and
-`dmtd-spec:K` (K draft tokens per step; K = 0 is plain decoding through the part graphs).
+Methods are named `none` (plain decoding), `dmtd:T` (lossy, cycle T: the drafter spec dmtd:tau=T) and
+`dmtd-spec:K` (K draft tokens per step, dmtd-spec:draft_len=K; K = 0 is plain decoding with the drafter's
+bookkeeping). Figures in benchmarks/results/dmtd were measured when DMTD ran on part graphs of its own.
 Quality: (1) exact match on arithmetic questions written here (sums, differences, products; the last number
 of the answer is compared: the model often answers "23 + 45 = 68"), (2) exact match on Spec-Bench
 math_reasoning (GSM8K; scoring only, the number after "####" in the reference vs the last number of the answer),
@@ -27,12 +28,11 @@ from pathlib import Path
 
 import numpy as np
 
-from mtpedge.runtime.dmtd import generate_dmtd, generate_dmtd_spec
-from mtpedge.runtime.dmtd_parts import DmtdParts
+from mtpedge.bench.questions import SPEC_BENCH as QUESTIONS
+from mtpedge.runtime.drafters import make_drafter
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import generate
 
-QUESTIONS = Path("/work/shared/data/spec_bench/question.jsonl")
 NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
@@ -77,21 +77,16 @@ def spec_questions(per_category: int, category: str | None = None) -> list[dict]
 class Runner:
     def __init__(self, bundle: Path, threads: int) -> None:
         self.engine = Engine.load(bundle, threads=threads)
-        self.parts = DmtdParts(self.engine, threads=threads)
         self.tok = self.engine.tokenizer
 
     def prompt(self, text: str) -> list[int]:
         return self.tok.encode_chat([{"role": "user", "content": text}])
 
     def run(self, method: str, prompt: list[int], max_new: int):
-        if method == "none":
-            return generate(self.engine, prompt, max_new)
         name, _, value = method.partition(":")
-        if name == "dmtd":
-            return generate_dmtd(self.parts, prompt, max_new, tau=int(value))
-        if name == "dmtd-spec":
-            return generate_dmtd_spec(self.parts, prompt, max_new, draft_len=int(value))
-        raise ValueError(f"unknown method {method}")
+        option = {"none": None, "dmtd": "tau", "dmtd-spec": "draft_len"}[name]
+        drafter = make_drafter(name, self.engine, **({option: int(value)} if option else {}))
+        return generate(self.engine, prompt, max_new, drafter=drafter)
 
 
 def quality(runner: Runner, methods: list[str], items: list[tuple[str, float]], max_new: int, last: bool,
@@ -271,8 +266,8 @@ def main() -> int:
                         help="questions on which the other τ and plain-through-parts also run")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--in-domain", type=int, default=0, help="held-out prompts of the training distribution")
-    parser.add_argument("--data", type=Path, default=Path("/work/wt/data/smollm2-distill.npz"),
-                        help="the training data file (its prompts are excluded from --in-domain)")
+    parser.add_argument("--data", type=Path,
+                        help="the training data file (its prompts are excluded from --in-domain; needed with it)")
     parser.add_argument("--skip", default="", help="comma-separated sections to skip: ppl,arith,gsm,speed")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
+from mtpedge.bench.questions import SPEC_BENCH as QUESTIONS
 from mtpedge.runtime.drafters import make_drafter
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import generate
 
-QUESTIONS = Path("/work/shared/data/spec_bench/question.jsonl")
 DEFAULT_BUNDLE = Path.home() / ".cache/mtpedge/bundles/SmolLM2-135M-Instruct-cl1024"
 
 

@@ -1,7 +1,8 @@
-"""mtpedge bench [--bundle DIR] --questions question.jsonl [--categories a,b] [--limit N] [--max-new-tokens N]
-   [--methods none,lookup,llama.cpp,transformers,...|all] [--out DIR] [--quick]
+"""mtpedge bench [--bundle DIR] [--questions question.jsonl] [--categories a,b] [--limit N] [--max-new-tokens N]
+   [--methods none,lookup,hybrid:width=32,llama.cpp,transformers,...|all] [--out DIR] [--quick]
 
-Spec-Bench questions through every method of one bundle (and peers), a width sweep, and the report."""
+Spec-Bench questions (the file ships with mtpedge) through every method of one bundle (and peers), a width sweep,
+and the report. mtpedge methods are drafter specs, as everywhere (`mtpedge drafters` lists them)."""
 
 from __future__ import annotations
 
@@ -33,23 +34,35 @@ def _counts(text: str) -> tuple[int, ...]:
     return counts
 
 
+def _methods(text: str) -> tuple[str, ...]:
+    """Comma-separated drafter specs and peer names (a comma inside a spec's value stays: esp:tree=static:6,1)."""
+    from mtpedge.runtime.drafters import split_specs
+
+    methods = tuple(split_specs(text))
+    if not methods:
+        raise argparse.ArgumentTypeError("give at least one method")
+    return methods
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bundle", help="bundle folder (default: the embedded model's, exported once)")
     add_precision_argument(parser)
     parser.add_argument("--questions", type=Path,
-                        help="Spec-Bench question.jsonl (required unless --quick, which has built-in questions)")
+                        help="a question file in Spec-Bench's format (default: Spec-Bench's own, shipped with mtpedge; "
+                             "--quick: a few built-in questions)")
     parser.add_argument("--categories", type=_names, help="comma-separated categories (default: all)")
     parser.add_argument("--limit", type=int, help="the first N questions of each category (a stratified subset)")
     parser.add_argument("--skip", type=int, default=0,
                         help="leave out the first N questions of each category (tuning on questions the report "
                              "set does not use, e.g. --skip 4 --limit 2)")
     parser.add_argument("--max-new-tokens", type=int, help="new tokens per turn (default 128; --quick 8)")
-    parser.add_argument("--methods", type=_names, default=("all",),
+    parser.add_argument("--methods", type=_methods, default=("all",),
                         help="comma-separated mtpedge drafters and peers (llama.cpp, llama.cpp-lookup, transformers, "
                              "transformers-lookup, optimum-ort); 'all' = every drafter and every peer found "
-                             "(default; --quick: mtpedge drafters only). `none` always runs: it is the baseline. "
-                             "A drafter takes options after colons, e.g. esp:mask_init=soft or hybrid:width=32. Naming "
-                             "mtp runs every method on the default model's bundle with the shipped adapter")
+                             "(default; --quick: mtpedge drafters only; lossy drafters only when named). `none` always "
+                             "runs: it is the baseline. A drafter is a spec with its options, e.g. esp:mask_init=soft "
+                             "or hybrid:width=32 (`mtpedge drafters`). Naming mtp runs every method on the default "
+                             "model's bundle with the shipped adapter")
     parser.add_argument("--model", type=Path, help="GGUF file or Hugging Face folder the peers load "
                         "(default: the embedded SmolLM2 GGUF when the bundle came from it)")
     parser.add_argument("--threads", type=_counts, default=(os.cpu_count() or 1,),
@@ -93,18 +106,18 @@ def _default_model(bundle: Path) -> Path | None:
 def names_mtp(methods: tuple[str, ...]) -> bool:
     """Whether `mtp` is named explicitly: then the run uses the default model's bundle with the shipped adapter
     (every method on it, so all share one bundle); `all` keeps the plain bundle and skips mtp."""
-    from mtpedge.bench.methods import parse_method_spec
-
-    return any(parse_method_spec(name)[0] == "mtp" for name in methods)
+    return any(name.split(":")[0] == "mtp" for name in methods)
 
 
 def run(args: argparse.Namespace) -> int:
+    from mtpedge.bench.peers import PEERS
+    from mtpedge.bench.questions import SPEC_BENCH
     from mtpedge.bench.report import validate_report
-    from mtpedge.bench.suite import BenchSettings, run_bench, write_report
+    from mtpedge.bench.suite import BenchSettings, resolve_methods, run_bench, write_report
     from mtpedge.bundles import ensure_bundle
+    from mtpedge.runtime.drafters import drafter_names
 
-    if args.questions is None and not args.quick:
-        raise ValueError("--questions is required (Spec-Bench's data/spec_bench/question.jsonl), or use --quick")
+    resolve_methods(args.methods, drafter_names())  # a misspelt method fails now, before any bundle is made
     for flag, value in (("--max-new-tokens", args.max_new_tokens), ("--sweep-repeats", args.sweep_repeats),
                         ("--lookup-tokens", args.lookup_tokens),
                         ("--time-limit", args.time_limit)):
@@ -114,12 +127,10 @@ def run(args: argparse.Namespace) -> int:
     optimum_python = args.optimum_python or (Path(".venv-optimum/bin/python").absolute()
                                              if Path(".venv-optimum/bin/python").is_file() else None)
     methods = args.methods
-    if args.quick and methods == ("all",):
-        from mtpedge.runtime.drafters import drafter_names
-
-        methods = tuple(drafter_names())
+    if args.quick and methods == ("all",):  # every lossless drafter, no peer
+        methods = tuple(n for n in resolve_methods(methods, drafter_names()) if n not in PEERS)
     settings = BenchSettings(
-        bundle=bundle, questions=args.questions, categories=args.categories,
+        bundle=bundle, questions=args.questions or (None if args.quick else SPEC_BENCH), categories=args.categories,
         limit=args.limit if args.limit is not None else (1 if args.quick else None), skip=args.skip,
         max_new_tokens=args.max_new_tokens or (8 if args.quick else 128), methods=methods,
         threads=args.threads[0], model=args.model or _default_model(bundle),

@@ -1,7 +1,8 @@
 """mtpedge chat: an interactive conversation with streaming replies, kept in the chat template.
 
 Multi-line input: end a line with a backslash to go on, or wrap a block in lines of three double quotes.
-Commands: /help, /reset, /stats, /drafter [NAME], /system [TEXT], /quit. Ctrl-C while a reply streams stops
+Commands: /help, /reset, /stats, /drafter [SPEC], /system [TEXT], /quit. A reply runs to the model's stop token
+(or the end of the context) unless --max-new-tokens sets a limit. Ctrl-C while a reply streams stops
 that reply (the part shown stays in the conversation); Ctrl-C at the prompt clears the line; Ctrl-D quits.
 When the conversation outgrows the context, the oldest exchanges are dropped, and the chat says so.
 """
@@ -15,8 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from mtpedge.bundles import ensure_bundle
-from mtpedge.generate_cmd import add_common_arguments, drafter_options, format_stats, sampling_from
+from mtpedge.generate_cmd import add_common_arguments, check_options, format_stats, load_engine
 
 if TYPE_CHECKING:  # the runtime (onnxruntime) is imported only when a chat starts
     from mtpedge.chat_session import ChatSession
@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # the runtime (onnxruntime) is imported only when a chat star
 HELP = """commands:
   /reset           forget the conversation (the system prompt stays)
   /stats           statistics of the last reply and of the session
-  /drafter [NAME]  show the drafters, or switch to NAME (none = plain decoding)
+  /drafter [SPEC]  show the drafters, or switch to SPEC, e.g. hybrid:width=32 (none = plain decoding)
   /system [TEXT]   show or set the system prompt (setting it also resets the conversation)
   /quit            leave (or Ctrl-D)
 multi-line input: end a line with \\ to continue it, or put the text between two lines of \"\"\"
@@ -100,7 +100,8 @@ def repl(session: ChatSession, read: Callable[[str], str] = input, out=sys.stdou
                 f"{session.engine.context}-token context)")
         if reply.stopped:
             say("(reply stopped; the part shown stays in the conversation)")
-        elif reply.stats.finish_reason == "length" and reply.stats.new_tokens < session.max_new_tokens:
+        elif reply.stats.finish_reason == "length" and (session.max_new_tokens is None
+                                                         or reply.stats.new_tokens < session.max_new_tokens):
             say("(reply cut short: the context is full — /reset to start over)")
         say(f"[{format_stats(reply.stats.to_dict())}]")
 
@@ -122,12 +123,17 @@ def run_command(session: ChatSession, line: str, say: Callable[[str], None]) -> 
         if not arg:
             from mtpedge.runtime.drafters import drafter_names
 
-            say(f"drafter: {session.drafter_name} (available: {', '.join(drafter_names())})")
+            say(f"drafter: {session.drafter_name} (available: {', '.join(drafter_names())}; options: "
+                "`mtpedge drafters`)")
         else:
+            from mtpedge.runtime.bundle import BundleError
+
             try:
-                session.set_drafter(arg)
-                say(f"(drafter: {arg})")
-            except ValueError as error:
+                warning = session.set_drafter(arg)
+                say(f"(drafter: {session.drafter_name})")
+                if warning:
+                    say(f"(warning: {warning})")
+            except (ValueError, BundleError) as error:
                 say(f"({error})")
     elif name == "/system":
         if arg:
@@ -142,7 +148,7 @@ def run_command(session: ChatSession, line: str, say: Callable[[str], None]) -> 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_common_arguments(parser)
+    add_common_arguments(parser, max_new_tokens=None)
     parser.add_argument("--system", help="system prompt")
 
 
@@ -152,10 +158,7 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         pass
     from mtpedge.chat_session import ChatSession
-    from mtpedge.runtime.engine import Engine
 
-    engine = Engine.load(ensure_bundle(args.bundle, args.model, args.context, mtp=args.drafter == "mtp",
-                                       precision=args.precision), threads=args.threads)
-    session = ChatSession(engine, sampling_from(args), args.max_new_tokens, args.drafter, args.system,
-                          drafter_options(args))
+    sampling = check_options(args)
+    session = ChatSession(load_engine(args), sampling, args.max_new_tokens, args.drafter, args.system)
     return repl(session)

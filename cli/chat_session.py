@@ -9,9 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mtpedge.generate_cmd import format_stats
-from mtpedge.runtime.drafters import make_drafter
+from mtpedge.runtime.drafters import DrafterSpec, make_drafter, parse_drafter
 from mtpedge.runtime.engine import Engine
-from mtpedge.runtime.generate import GenerationStats, generate
+from mtpedge.runtime.generate import LOSSY_WARNING, GenerationStats, generate
 from mtpedge.runtime.sampling import SamplingConfig
 from mtpedge.runtime.tokenizer import StreamDecoder
 
@@ -31,11 +31,11 @@ class ContextFullError(ValueError):
 class ChatSession:
     """The conversation and its engine; knows nothing about terminals (the REPL below does)."""
 
-    def __init__(self, engine: Engine, sampling: SamplingConfig, max_new_tokens: int, drafter: str = "none",
-                 system: str | None = None, drafter_options: dict | None = None) -> None:
+    def __init__(self, engine: Engine, sampling: SamplingConfig, max_new_tokens: int | None = None,
+                 drafter: str | DrafterSpec = "none", system: str | None = None) -> None:
+        """max_new_tokens: a limit per reply; None = up to the model's stop token or the end of the context."""
         self.engine, self.sampling, self.max_new_tokens = engine, sampling, max_new_tokens
         self.system = system
-        self.drafter_options = drafter_options or {}  # command-line drafter settings, kept across /drafter
         self.history: list[dict[str, str]] = []  # user, assistant, user, assistant, ...
         self.drafter_name, self.drafter = "none", None
         self.set_drafter(drafter)
@@ -44,10 +44,14 @@ class ChatSession:
         self.decode_tokens = 0.0  # tokens committed by decode calls (τ x calls), as GenerationStats counts them
         self.seconds = 0.0
 
-    def set_drafter(self, name: str) -> None:
-        # raises ValueError naming the choices
-        self.drafter = make_drafter(name, self.engine, **self.drafter_options)
-        self.drafter_name = name
+    def set_drafter(self, spec: str | DrafterSpec) -> str | None:
+        """Switch to the drafter `spec` names; a warning to show for a lossy one. ValueError names the choices."""
+        spec = parse_drafter(spec)
+        drafter = make_drafter(spec, self.engine)
+        if drafter is not None and drafter.lossy and not self.sampling.greedy:
+            raise ValueError(f"{spec.name} is lossy and decodes greedily only (this chat samples)")
+        self.drafter, self.drafter_name = drafter, str(spec)
+        return LOSSY_WARNING.format(name=spec.name) if drafter is not None and drafter.lossy else None
 
     def reset(self) -> None:
         self.history.clear()
@@ -58,7 +62,8 @@ class ChatSession:
     def _fit(self, history: list[dict[str, str]]) -> tuple[list[int], int]:
         """Prompt ids of the newest turns that leave room for a reply; (ids, exchanges dropped)."""
         encode, context = self.engine.tokenizer.encode_chat, self.engine.context
-        room = min(self.max_new_tokens, context // 2)  # a long reply must not push out the whole conversation
+        # room kept for the reply when old turns are dropped: a long reply must not push out the whole conversation
+        room = min(self.max_new_tokens or context // 4, context // 2)
         dropped, ids = 0, encode(self.messages(history))
         while len(ids) + room > context and len(history) > 1:
             del history[:2]  # the oldest user message and the reply to it
@@ -75,7 +80,8 @@ class ChatSession:
         prompt_ids, dropped = self._fit(history)
         tok = self.engine.tokenizer
         stream = StreamDecoder(tok)
-        result = generate(self.engine, prompt_ids, min(self.max_new_tokens, self.engine.context - len(prompt_ids)),
+        limit = self.engine.context - len(prompt_ids)  # to the end of the context, unless a limit is set
+        result = generate(self.engine, prompt_ids, min(self.max_new_tokens or limit, limit),
                           self.sampling, drafter=self.drafter, on_overflow="stop", should_stop=should_stop,
                           on_tokens=lambda ids: on_text(stream.push(ids)))
         answer = tok.decode(result.token_ids)

@@ -1,13 +1,32 @@
-"""mtpedge generate "prompt" [--bundle DIR | --model PATH] [--max-new-tokens N] [sampling] [--json]"""
+"""mtpedge generate "prompt" [--bundle DIR | --model PATH [--context N]] [--drafter SPEC] [--max-new-tokens N]
+   [sampling] [--json]
+
+The drafter is one spec, e.g. `--drafter hybrid:width=32:masks=2`; `mtpedge drafters` lists every drafter and its
+options. Every option is checked before the engine loads. Generation stops at the model's stop token, at
+--max-new-tokens, or when the context is full (finish_reason "length"); what was generated is printed either way.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 from mtpedge.bundles import PRECISIONS, ensure_bundle
 from mtpedge.runtime.sampling import SamplingConfig
+
+DEFAULT_CONTEXT = 1024  # of an automatic export
+
+
+def drafter_spec(text: str):
+    """argparse type of --drafter: a checked DrafterSpec (the message names the valid options)."""
+    from mtpedge.runtime.drafters import parse_drafter
+
+    try:
+        return parse_drafter(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
 
 
 def add_precision_argument(parser: argparse.ArgumentParser) -> None:
@@ -18,13 +37,17 @@ def add_precision_argument(parser: argparse.ArgumentParser) -> None:
                              "kernels; float32 = the traced float32 graphs (parity work)")
 
 
-def add_common_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options shared by generate and chat."""
+def add_common_arguments(parser: argparse.ArgumentParser, max_new_tokens: int | None) -> None:
+    """Options shared by generate and chat (max_new_tokens: the default limit; None = up to the context)."""
+    from mtpedge.runtime.drafters import drafter_names
+
     parser.add_argument("--bundle", help="bundle folder (default: export --model, or the default model, once)")
     parser.add_argument("--model", help="GGUF file or Hugging Face folder to export when no --bundle is given")
-    parser.add_argument("--context", type=int, default=1024, help="context of an automatic export (default 1024)")
+    parser.add_argument("--context", type=int, default=None,
+                        help=f"context of an automatic export (default {DEFAULT_CONTEXT}; a --bundle has its own)")
     add_precision_argument(parser)
-    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--max-new-tokens", type=int, default=max_new_tokens,
+                        help=f"most new tokens per reply (default {max_new_tokens or 'none: up to the context'})")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     parser.add_argument("--top-k", type=int, default=None, help="sample from the K most likely tokens only "
                         "(default 40 when sampling; 0 = no limit)")
@@ -34,44 +57,17 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
                         "the most likely one (default 0.05 when sampling; 0 = no limit)")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
-    parser.add_argument("--drafter", default="none",
-                        choices=["none", "esp", "lookup", "hybrid", "mtp", "dmtd-spec", "dmtd"],
-                        help="multi-token drafter (none = plain decoding; default); see `mtpedge.runtime.drafters`. "
-                             "mtp needs a bundle with a trained adapter (`mtpedge export --mtp-adapter`); "
-                             "dmtd-spec / dmtd need a DMTD bundle (`mtpedge train-dmtd --export-bundle`); "
-                             "dmtd is LOSSY (unverified tokens between cycle heads; output differs from the model's)")
-    group = parser.add_argument_group("drafter settings (each drafter's own default when omitted)")
-    group.add_argument("--width", type=int, default=None,
-                       help="slots per decode call the drafter may fill (tree nodes + mask slots)")
-    group.add_argument("--masks", type=int, default=None, help="esp/hybrid: mask slots k after each node (1-3)")
-    group.add_argument("--mask-init", choices=["soft", "hard", "sample", "mean", "learned"], default=None,
-                       help="esp/hybrid: mask embedding init (mean = vocab mean; learned = the bundle's trained "
-                            "adapter masks, see train-mtp; default: learned when the bundle has them, else mean)")
-    group.add_argument("--mask-update", type=float, default=None,
-                       help="esp/hybrid: online update rate lambda of the mask embeddings (default 0.1; 0 for learned)")
-    group.add_argument("--tree", default=None, help="esp: dynamic, static, or static:W1,W2,... per-depth widths")
-    group.add_argument("--mtp-layout", choices=["linear", "quadratic", "tree"], default=None,
-                       help="mtp: masks after the last draft only (linear), after every draft of a chain "
-                            "(quadratic), or a tree of drafts with masks where the accepted path likely ends (tree, "
-                            "the default)")
-    group.add_argument("--branch", type=int, default=None, help="mtp tree: best tokens tried after each node (4)")
-    group.add_argument("--mtp-lookup", action="store_const", const=True, default=None,
-                       help="mtp tree: prompt-lookup chains in the same tree (as the hybrid drafter does)")
-    group.add_argument("--max-ngram", type=int, default=None, help="lookup/hybrid: longest n-gram matched")
-    group.add_argument("--branches", type=int, default=None,
-                       help="lookup/hybrid: distinct n-gram continuations in one tree")
-    group.add_argument("--mask-gain", type=float, default=None,
-                       help="hybrid / mtp tree: give mask slots only where they pay, valuing a forecast at this many "
-                       "tokens (hybrid default: every node gets its masks; mtp tree default 2.0)")
-    group.add_argument("--extend", type=int, default=None,
-                       help="hybrid: lookup chains after this many of the best mask candidates (default 0)")
-    group.add_argument("--tau", type=int, default=None, help="dmtd: cycle length τ (default 4)")
-    group.add_argument("--draft-len", type=int, default=None, help="dmtd-spec: draft tokens per step (default 3)")
+    parser.add_argument("--drafter", type=drafter_spec, default="none", metavar="SPEC",
+                        help=f"multi-token drafter and its options, NAME[:KEY=VALUE]... (NAME: "
+                             f"{', '.join(drafter_names())}; none = plain decoding, the default); e.g. "
+                             "hybrid:width=32. `mtpedge drafters` lists the options. mtp needs a bundle with a trained "
+                             "adapter; dmtd-spec / dmtd a DMTD bundle (`mtpedge train-dmtd --export-bundle`); dmtd is "
+                             "LOSSY (its tokens are not verified)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("prompt", help="the prompt text ('-' reads standard input)")
-    add_common_arguments(parser)
+    add_common_arguments(parser, max_new_tokens=128)
     parser.add_argument("--raw", action="store_true", help="do not apply the chat template")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
 
@@ -80,34 +76,59 @@ def sampling_from(args: argparse.Namespace) -> SamplingConfig:
     return SamplingConfig.with_defaults(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)
 
 
-def drafter_options(args: argparse.Namespace) -> dict:
-    """The drafter settings given on the command line (None = the drafter's default; make_drafter drops them)."""
-    options = {"width": args.width, "masks": args.masks, "mask_init": args.mask_init, "mask_update": args.mask_update,
-               "tree": args.tree, "max_ngram": args.max_ngram, "branches": args.branches,
-               "mtp_layout": args.mtp_layout, "branch": getattr(args, "branch", None),
-               "lookup": getattr(args, "mtp_lookup", None),
-               "mask_gain": getattr(args, "mask_gain", None), "extend": getattr(args, "extend", None)}
-    return {key: value for key, value in options.items() if value is not None}
+def check_options(args: argparse.Namespace) -> SamplingConfig:
+    """Refuse options that cannot work, before anything loads; the sampling settings."""
+    from mtpedge.runtime.drafters import DRAFTERS, parse_drafter
+
+    args.drafter = parse_drafter(args.drafter)  # the default arrives as text
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        raise ValueError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
+    if not math.isfinite(args.temperature) or args.temperature < 0:
+        raise ValueError(f"--temperature must be a finite number >= 0, got {args.temperature}")
+    if args.bundle and args.context is not None:
+        raise ValueError("--context sets the context of an automatic export, but --bundle names a bundle whose "
+                         "context is fixed: drop --context (or export a bundle with it)")
+    if args.context is not None and args.context < 2:
+        raise ValueError(f"--context must be at least 2, got {args.context}")
+    sampling = sampling_from(args)
+    drafter = DRAFTERS.get(args.drafter.name)
+    if drafter is not None and drafter.lossy and not sampling.greedy:
+        raise ValueError(f"{args.drafter.name} is lossy and decodes greedily only: drop --temperature")
+    return sampling
+
+
+def load_engine(args: argparse.Namespace, say=print):
+    """The engine of --bundle (or of the automatic export), after the drafter spec is checked against the bundle's
+    graph widths; prints the lossy warning for a lossy drafter."""
+    from mtpedge.runtime.bundle import read_manifest
+    from mtpedge.runtime.drafters import DRAFTERS, check_fits
+    from mtpedge.runtime.engine import Engine
+    from mtpedge.runtime.generate import LOSSY_WARNING
+
+    folder = ensure_bundle(args.bundle, args.model, args.context or DEFAULT_CONTEXT, say=say,
+                           mtp=args.drafter.name == "mtp", precision=args.precision)
+    check_fits(args.drafter, [g.width for g in read_manifest(folder).graphs])
+    if args.drafter.name in DRAFTERS and DRAFTERS[args.drafter.name].lossy:
+        print(f"warning: {LOSSY_WARNING.format(name=args.drafter.name)}", file=sys.stderr)
+    return Engine.load(folder, threads=args.threads)
 
 
 def format_stats(stats: dict) -> str:
     return (f"{stats['new_tokens']} tokens, {stats['forward_calls']} graph calls "
             f"({stats['tokens_per_call']:.2f} tokens/call), {stats['tokens_per_s']:.1f} tokens/s, "
             f"prefill {stats['prompt_tokens']} tokens in {stats['prefill_s']:.2f} s, "
-            f"graph {stats['graph_s']:.2f} s + host {stats['host_s']:.2f} s")
+            f"graph {stats['graph_s']:.2f} s + host {stats['host_s']:.2f} s, finish {stats['finish_reason']}")
 
 
 def run(args: argparse.Namespace) -> int:
     from mtpedge.runtime.drafters import make_drafter
-    from mtpedge.runtime.engine import Engine
     from mtpedge.runtime.generate import generate
     from mtpedge.runtime.tokenizer import StreamDecoder
 
-    sampling = sampling_from(args)
+    sampling = check_options(args)
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     say = (lambda msg: print(msg, file=sys.stderr)) if args.json else print
-    engine = Engine.load(ensure_bundle(args.bundle, args.model, args.context, say=say, mtp=args.drafter == "mtp",
-                                       precision=args.precision), threads=args.threads)
+    engine = load_engine(args, say)
     tok = engine.tokenizer
     use_chat = not args.raw and tok.has_chat_template
     prompt_ids = tok.encode_chat([{"role": "user", "content": prompt}]) if use_chat else tok.encode(prompt)
@@ -116,26 +137,11 @@ def run(args: argparse.Namespace) -> int:
     def show(tokens: list[int]) -> None:
         print(stream.push(tokens), end="", flush=True)
 
-    if args.drafter in ("dmtd", "dmtd-spec"):  # part-graph methods of a DMTD bundle (runtime/dmtd.py)
-        from mtpedge.runtime.dmtd import LOSSY_WARNING, run_dmtd_method
-        from mtpedge.runtime.dmtd_parts import DmtdParts
-
-        if args.drafter == "dmtd":
-            print(f"warning: {LOSSY_WARNING}", file=sys.stderr)
-        result = run_dmtd_method(args.drafter, DmtdParts(engine, threads=args.threads), prompt_ids,
-                                 args.max_new_tokens, sampling, on_tokens=None if args.json else show,
-                                 tau=getattr(args, "tau", None), draft_len=getattr(args, "draft_len", None))
-    else:
-        try:
-            drafter = make_drafter(args.drafter, engine, **drafter_options(args))
-        except ValueError as err:
-            raise SystemExit(f"mtpedge generate: error: {err}") from err
-        result = generate(engine, prompt_ids, args.max_new_tokens, sampling, on_tokens=None if args.json else show,
-                          drafter=drafter)
+    result = generate(engine, prompt_ids, args.max_new_tokens, sampling, on_tokens=None if args.json else show,
+                      drafter=make_drafter(args.drafter, engine), on_overflow="stop")
     stats = result.stats.to_dict()
     if args.json:
-        text = tok.decode(result.token_ids)
-        print(json.dumps({"text": text, "token_ids": result.token_ids, **stats}))
+        print(json.dumps({"text": tok.decode(result.token_ids), "token_ids": result.token_ids, **stats}))
     else:
         print()
         print(f"[{format_stats(stats)}]", file=sys.stderr)

@@ -17,6 +17,7 @@ COMMANDS = {
                 "self-distilled training data (the model's own answers to the project's prompts)"),
     "train-mtp": ("mtpedge.train_mtp_cmd", "train the multi-token adapter (learned masks, gated LoRA, sampler head)"),
     "generate": ("mtpedge.generate_cmd", "generate a completion for one prompt"),
+    "drafters": ("mtpedge.drafters_cmd", "list the drafters and their options (the SPEC of --drafter and --methods)"),
     "chat": ("mtpedge.chat_cmd", "interactive chat with streaming output"),
     "serve": ("mtpedge.serve_cmd", "OpenAI-compatible local HTTP server (/v1/chat/completions, /v1/completions)"),
     "train-dmtd": ("mtpedge.train_dmtd_cmd", "train DMTD's late-layer decoding copy (and export a DMTD bundle)"),

@@ -6,6 +6,10 @@ OpenAI-compatible local server.
 
 Bound to loopback (the default) it answers requests addressed to localhost only; bound to anything else it
 needs an API key (server/access.py).
+
+A request may pick its drafter with the extension field `drafter`, a spec as everywhere else in mtpedge
+(e.g. "drafter": "hybrid:width=32"; `mtpedge drafters` lists them); without it, --drafter's applies. Through the
+`openai` client: `extra_body={"drafter": "lookup"}`.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import signal
 import sys
 
 from mtpedge.bundles import ensure_bundle
-from mtpedge.generate_cmd import add_precision_argument
+from mtpedge.generate_cmd import add_precision_argument, drafter_spec
 from mtpedge.runtime.sampling import DEFAULT_TEMPERATURE
 
 
@@ -34,9 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "environment variable, which other users cannot read in the process list; "
                              "required unless --host is a loopback address)")
     parser.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0 = any free port)")
-    parser.add_argument("--drafter", default="none",
-                        help="drafter for requests that name none (none = plain decoding); a request may pick "
-                             "another with the extension field `drafter`")
+    parser.add_argument("--drafter", type=drafter_spec, default="none", metavar="SPEC",
+                        help="drafter for requests that name none, e.g. hybrid:width=32 (none = plain decoding, the "
+                             "default; `mtpedge drafters` lists them); a request may pick another with the extension "
+                             "field `drafter`")
     parser.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE,
                         help=f"temperature for requests that name none (default {DEFAULT_TEMPERATURE}, llama.cpp's "
                              "and ollama's; OpenAI's API uses 1.0); top-k 40, top-p 0.95 and min-p 0.05 apply "
@@ -51,21 +56,23 @@ def run(args: argparse.Namespace) -> int:
         import aiohttp  # noqa: F401
     except ImportError as err:
         raise SystemExit("mtpedge serve needs aiohttp: `pip install 'mtpedge[serve]'`") from err
-    from mtpedge.runtime.drafters import drafter_names
+    from mtpedge.runtime.drafters import make_drafter
     from mtpedge.runtime.engine import Engine
+    from mtpedge.runtime.generate import LOSSY_WARNING
     from mtpedge.server.access import check_bind
     from mtpedge.server.app import ServerConfig
     from mtpedge.server.worker import EngineWorker
 
-    if args.drafter not in drafter_names():
-        raise ValueError(f"unknown drafter {args.drafter!r}: choose one of {', '.join(drafter_names())}")
     if not 0 <= args.temperature <= 2:
         raise ValueError(f"--temperature must be in [0, 2], got {args.temperature}")
     if args.max_queue < 1:
         raise ValueError(f"--max-queue must be >= 1, got {args.max_queue}")
     check_bind(args.host, args.api_key)  # before the model loads
-    engine = Engine.load(ensure_bundle(args.bundle, args.model, args.context, precision=args.precision),
-                         threads=args.threads)
+    engine = Engine.load(ensure_bundle(args.bundle, args.model, args.context, mtp=args.drafter.name == "mtp",
+                                       precision=args.precision), threads=args.threads)
+    drafter = make_drafter(args.drafter, engine)  # refuse now, not at the first request, what the bundle cannot run
+    if drafter is not None and drafter.lossy:
+        print(f"warning: {LOSSY_WARNING.format(name=drafter.name)}", file=sys.stderr)
     worker = EngineWorker(engine, args.drafter, args.max_queue)
     config = ServerConfig(model_id=engine.manifest.model_name, default_temperature=args.temperature,
                           api_key=args.api_key or None)

@@ -3,7 +3,8 @@
 
 Trains a copy of the last D layers under DMTD's cyclic gate (the base model stays as it is), writing
 DIR/dmtd.pt every --checkpoint-every steps; --export-bundle then writes a bundle that holds the base model's
-graphs plus the DMTD part graphs (for `generate --drafter dmtd-spec` and the lossy `--drafter dmtd`).
+graphs (their thinking layers' output tapped) plus the copy's graphs (for `generate --drafter dmtd-spec` and
+the lossy `--drafter dmtd`).
 """
 
 from __future__ import annotations
@@ -29,10 +30,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="steps between held-text perplexity checks (default 250, 0 = never)")
     parser.add_argument("--resume", action="store_true", help="continue DIR/dmtd.pt")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
-    parser.add_argument("--export-bundle", help="after training, write a DMTD bundle here (base graphs + parts)")
+    parser.add_argument("--export-bundle", help="after training, write a DMTD bundle here (base graphs + the copy's)")
     parser.add_argument("--context", type=int, default=1024, help="bundle context (default 1024)")
-    parser.add_argument("--draft-widths", type=parse_widths, default=(1, 4, 8),
-                        help="widths of the part graphs besides the prefill width (default 1,4,8)")
+    parser.add_argument("--copy-widths", type=parse_widths, default=(1, 4, 8),
+                        help="widths of the copy's graphs besides the prefill width (default 1,4,8)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,6 +59,6 @@ def run(args: argparse.Namespace) -> int:
 
         if not ckpt.is_file():
             raise ValueError(f"{ckpt} does not exist: train first (--steps > 0)")
-        config = DmtdExportConfig(context=args.context, part_widths=tuple(args.draft_widths))
+        config = DmtdExportConfig(context=args.context, copy_widths=tuple(args.copy_widths))
         export_dmtd_bundle(loaded, ckpt, Path(args.export_bundle), config, progress=print)
     return 0

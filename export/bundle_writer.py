@@ -19,7 +19,7 @@ import torch
 
 from mtpedge import __version__
 from mtpedge.runtime.bundle import GraphEntry, Manifest, TokenizerInfo, write_manifest
-from mtpedge.runtime.contract import DEFAULT_MASK_VALUE, graph_name
+from mtpedge.runtime.contract import DEFAULT_MASK_VALUE, LAYER_HIDDEN, graph_name
 
 from ..models.loading import LoadedModel, load_model
 from .onnx_graphs import SharedWeights, check_contract, trace_graph
@@ -51,6 +51,7 @@ class ExportConfig:
     # for the embedded default model when the weights are exactly those (SHA-256) and the graphs are float32 or
     # MatMulNBits (not QDQ: its calibration saw no mask slots); a path = that masks file (.npz); "none" = none
     learned_masks: str = "auto"
+    tap_layer: int = 0  # > 0: graphs also output the residual stream entering this layer (DMTD, contract)
     extras: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -67,6 +68,8 @@ class ExportConfig:
         if self.mtp_adapter and (self.quantization is not None or self.target_soc):
             raise ValueError("a bundle with an MTP adapter is float32 only (the quantizers do not handle the "
                              "lora_gate input yet): export it with --precision float32 and no --target")
+        if self.tap_layer and self.mtp_adapter:
+            raise ValueError("a DMTD bundle (tapped graphs) cannot also carry an MTP adapter: export them apart")
         if self.learned_masks not in ("auto", "none"):
             if self.mtp_adapter:
                 raise ValueError("--masks and --mtp-adapter both give learned masks: pass one of them")
@@ -178,6 +181,11 @@ def _write_contents(loaded: LoadedModel, folder: Path, config: ExportConfig, say
         mtp_extras = {"mtp": write_masks_into_bundle(folder, *masks)}
         say(f"learned masks attached (k={masks[0].masks.shape[0]}, from {masks[1]})")
     adapter = bool(mtp_extras.get("mtp", {}).get("adapter_graphs"))
+    if config.tap_layer:
+        from ..models.decoder import TappedDecoder
+
+        graph_module = TappedDecoder(loaded.decoder, config.tap_layer)
+        mtp_extras[LAYER_HIDDEN] = config.tap_layer
 
     specs = [(kind, width, context) for context in (config.context, *sorted(config.context_buckets, reverse=True))
              for kind, width in [("prefill", config.prefill_width)] + [("decode", w) for w in config.decode_widths]]
@@ -188,7 +196,7 @@ def _write_contents(loaded: LoadedModel, folder: Path, config: ExportConfig, say
             name = graph_name(kind, width, context)
             step_started = time.perf_counter()
             say(f"[{i}/{len(specs)}] tracing {name}")
-            shape = _shape(cfg, width, context, adapter)
+            shape = _shape(cfg, width, context, adapter, config.tap_layer)
             graph = trace_graph(graph_module, shape)
             check_contract(graph, shape)
             weights.externalize(graph)
@@ -202,7 +210,8 @@ def _write_contents(loaded: LoadedModel, folder: Path, config: ExportConfig, say
     if config.check_parity:
         for entry in entries:
             parity[entry.name] = graph_parity(loaded.decoder, folder / entry.file, _shape(cfg, entry.width,
-                                                                                          entry.context, adapter))
+                                                                                          entry.context, adapter,
+                                                                                          config.tap_layer))
             p = parity[entry.name]
             say(f"parity {entry.name} vs PyTorch: max |diff| {p['max_abs']:.2e} (relative {p['max_rel']:.1e}), "
                 f"argmax agreement {p['argmax_agree']:.0%}")
@@ -222,8 +231,8 @@ def _write_contents(loaded: LoadedModel, folder: Path, config: ExportConfig, say
     )
 
 
-def _shape(cfg, width: int, context: int, adapter: bool = False):
+def _shape(cfg, width: int, context: int, adapter: bool = False, tap_layer: int = 0):
     from mtpedge.runtime.contract import GraphShape
 
     return GraphShape(width, context, cfg.hidden_size, cfg.head_dim, cfg.num_kv_heads, cfg.num_layers,
-                      cfg.vocab_size, adapter)
+                      cfg.vocab_size, adapter, tap_layer)

@@ -1,11 +1,14 @@
-"""A DMTD bundle: an ordinary bundle of the base model plus DMTD's part graphs in `dmtd/`.
+"""A DMTD bundle: the base model's bundle with its thinking layers' output tapped, plus the trained decoding copy.
 
-    dmtd/thinking_ar{N}.onnx        base layers [0, L-D)                       -> hidden
-    dmtd/base_decoding_ar{N}.onnx   base layers [L-D, L) + norm + LM head       (thinking + this = the base model)
-    dmtd/dmtd_decoding_ar{N}.onnx   the trained copy of the last D layers + its norm + the same LM head
+    <graph>.onnx             the base model's graphs, with one more output `layer_hidden`: the residual stream
+                             entering layer L - D (what the thinking layers hand the decoding layers; contract.py)
+    dmtd/copy_ar{N}.onnx     the trained copy of the last D layers + its norm + the base's LM head, as a D-layer
+                             decoder graph of the ordinary contract (input: a token's embedding, + the thinking
+                             hidden state at a head); its weights in dmtd/weights.data
 
-The base graphs keep every other method (plain decoding, esp, lookup) working on the same bundle, which is
-what makes "same bundle" comparisons possible. Built in a hidden folder and moved into place when whole.
+Every method (plain decoding, esp, lookup, hybrid) runs on the base graphs as on any bundle, which is what makes
+"same bundle" comparisons possible; the `dmtd-spec` and `dmtd` drafters (runtime/drafters/dmtd.py) add the copy.
+Built in a hidden folder and moved into place when whole.
 """
 
 from __future__ import annotations
@@ -23,33 +26,28 @@ from pathlib import Path
 import onnx
 import torch
 
-from mtpedge.runtime.bundle import read_manifest, write_manifest
-from mtpedge.runtime.contract import GraphShape
+from mtpedge.runtime.bundle import GraphEntry, read_manifest, write_manifest
+from mtpedge.runtime.contract import GraphShape, graph_name
 
+from ..models.dmtd import CopyGraph
 from ..models.dmtd_train import load_head
 from ..models.loading import LoadedModel
 from .bundle_writer import ExportConfig, export_bundle
-from .dmtd_parts import DecodingPart, PartShape, ThinkingPart, trace_part
-from .onnx_graphs import SharedWeights
+from .onnx_graphs import SharedWeights, check_contract, trace_graph
 from .staging import replace_folder
 
 log = logging.getLogger(__name__)
 
-PARTS_FOLDER = "dmtd"
-ROLES = ("thinking", "base_decoding", "dmtd_decoding")
+COPY_FOLDER = "dmtd"
 
 
 @dataclass(frozen=True)
 class DmtdExportConfig:
     context: int = 1024
     prefill_width: int = 64
-    decode_widths: tuple[int, ...] = (1, 8)  # the base model's full graphs
-    part_widths: tuple[int, ...] = (1, 4, 8)  # besides the prefill width: heads (τ), drafts, verification
+    decode_widths: tuple[int, ...] = (1, 8)  # the base model's graphs: verification chains of dmtd-spec, heads of dmtd
+    copy_widths: tuple[int, ...] = (1, 4, 8)  # besides the prefill width: drafts (1) and refills of heads
     check_parity: bool = True
-
-
-def part_file(role: str, width: int) -> str:
-    return f"{PARTS_FOLDER}/{role}_ar{width}.onnx"
 
 
 def export_dmtd_bundle(loaded: LoadedModel, checkpoint: Path, out_dir: Path, config: DmtdExportConfig | None = None,
@@ -66,34 +64,25 @@ def export_dmtd_bundle(loaded: LoadedModel, checkpoint: Path, out_dir: Path, con
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         export_bundle(loaded, tmp, ExportConfig(context=config.context, prefill_width=config.prefill_width,
-                                                decode_widths=config.decode_widths,
+                                                decode_widths=config.decode_widths, tap_layer=split.thinking_layers,
                                                 check_parity=config.check_parity), progress=say)
-        (tmp / PARTS_FOLDER).mkdir()
-        decoder = loaded.decoder.eval()
-        modules = {
-            "thinking": ThinkingPart(decoder, split.thinking_layers),
-            "base_decoding": DecodingPart(decoder.model.layers[split.thinking_layers:], decoder.model.norm,
-                                          decoder.lm_head),
-            "dmtd_decoding": DecodingPart(head.layers, head.norm, decoder.lm_head),
-        }
-        layers = {"thinking": split.thinking_layers, "base_decoding": split.decoding_layers,
-                  "dmtd_decoding": split.decoding_layers}
-        widths = sorted({config.prefill_width, *config.part_widths})
-        parts = []
-        weights = SharedWeights(tmp / PARTS_FOLDER / "dmtd_weights.data")
+        (tmp / COPY_FOLDER).mkdir()
+        copy = CopyGraph(head, loaded.decoder.lm_head).eval()
+        entries = []
+        weights = SharedWeights(tmp / COPY_FOLDER / "weights.data")
         try:
-            for role in ROLES:
-                for width in widths:
-                    shape = PartShape(role, GraphShape(width, config.context, cfg.hidden_size, cfg.head_dim,
-                                                       cfg.num_kv_heads, layers[role], cfg.vocab_size))
-                    with torch.no_grad():
-                        graph = trace_part(modules[role], shape)
-                    weights.externalize(graph)
-                    onnx.save_model(graph, tmp / part_file(role, width))
-                    parts.append({"role": role, "width": width, "file": part_file(role, width),
-                                  "layers": layers[role], "inputs": shape.input_shapes(),
-                                  "outputs": shape.output_shapes()})
-                    say(f"wrote {part_file(role, width)}")
+            for width in sorted({config.prefill_width, *config.copy_widths}):
+                shape = GraphShape(width, config.context, cfg.hidden_size, cfg.head_dim, cfg.num_kv_heads,
+                                   split.decoding_layers, cfg.vocab_size)
+                with torch.no_grad():
+                    graph = trace_graph(copy, shape)
+                check_contract(graph, shape)
+                weights.externalize(graph)
+                name = graph_name("copy", width, config.context)
+                onnx.save_model(graph, tmp / COPY_FOLDER / f"{name}.onnx")
+                entries.append(GraphEntry(name, f"{COPY_FOLDER}/{name}.onnx", "decode", width, config.context,
+                                          "float32", shape.input_shapes(), shape.output_shapes()))
+                say(f"wrote {entries[-1].file}")
         finally:
             weights.close()
         manifest = read_manifest(tmp)
@@ -104,7 +93,7 @@ def export_dmtd_bundle(loaded: LoadedModel, checkpoint: Path, out_dir: Path, con
             "trained_taus": list(state["settings"]["taus"]),
             "train_steps": int(state["step"]),
             "checkpoint_sha256": hashlib.sha256(checkpoint.read_bytes()).hexdigest(),
-            "parts": parts,
+            "copy_graphs": [dataclasses.asdict(e) for e in entries],
         }
         write_manifest(tmp, dataclasses.replace(manifest, extras=extras))
         replace_folder(tmp, out_dir)

@@ -28,9 +28,7 @@ class RecordingEngine:
     """Runs the float bundle with the QDQ mask value and keeps every call's feeds and K/V outputs per width."""
 
     def __init__(self, folder: Path, mask_value: float) -> None:
-        # uncached masks: each call's bias is built from mask_value, which calibration replaces by the QDQ one
-        self.engine = Engine.load(folder, cached_masks=False)
-        self.engine.mask_value = np.float32(mask_value)  # calibrate with the bias the QDQ bundle will get
+        self.engine = Engine.load(folder, mask_value=mask_value)  # calibrate with the bias the QDQ bundle will get
         self.calls: dict[int, list[tuple[dict, dict]]] = {}
         graphs = self.engine.graphs
         original = graphs.run

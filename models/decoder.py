@@ -118,9 +118,28 @@ class Decoder(nn.Module):
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
 
     def forward(self, inputs_embeds, attention_bias, rope_cos, rope_sin, *past):
-        h = inputs_embeds
-        new_kv = []
-        for i, layer in enumerate(self.model.layers):
-            h, k, v = layer(h, attention_bias, rope_cos, rope_sin, past[2 * i], past[2 * i + 1])
-            new_kv += [k, v]
+        h, new_kv = run_layers(self.model.layers, inputs_embeds, attention_bias, rope_cos, rope_sin, past)
         return (self.lm_head(self.model.norm(h)), *new_kv)
+
+
+def run_layers(layers, h, attention_bias, rope_cos, rope_sin, past) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """h through `layers` in order, each reading its (past_key, past_value) pair from `past`; (h, new K/V list)."""
+    new_kv = []
+    for i, layer in enumerate(layers):
+        h, k, v = layer(h, attention_bias, rope_cos, rope_sin, past[2 * i], past[2 * i + 1])
+        new_kv += [k, v]
+    return h, new_kv
+
+
+class TappedDecoder(nn.Module):
+    """The decoder with one more output after the logits: the residual stream entering layer `tap_layer`."""
+
+    def __init__(self, decoder: Decoder, tap_layer: int) -> None:
+        super().__init__()
+        self.decoder, self.tap_layer = decoder, tap_layer
+
+    def forward(self, inputs_embeds, attention_bias, rope_cos, rope_sin, *past):
+        layers, t = self.decoder.model.layers, self.tap_layer
+        tapped, kv_low = run_layers(layers[:t], inputs_embeds, attention_bias, rope_cos, rope_sin, past[: 2 * t])
+        h, kv_high = run_layers(layers[t:], tapped, attention_bias, rope_cos, rope_sin, past[2 * t:])
+        return (self.decoder.lm_head(self.decoder.model.norm(h)), tapped, *kv_low, *kv_high)

@@ -25,7 +25,7 @@ from torch import nn
 
 from mtpedge.runtime.rope import inverse_frequencies, rope_tables
 
-from .decoder import Decoder, DecoderLayer, RMSNorm
+from .decoder import Decoder, DecoderLayer, RMSNorm, run_layers
 
 MASK_VALUE = -1e9
 
@@ -58,6 +58,19 @@ class DmtdHead(nn.Module):
         for i, layer in enumerate(self.layers):  # start from the base's own last layers
             layer.load_state_dict(decoder.model.layers[start + i].state_dict())
         self.norm.load_state_dict(decoder.model.norm.state_dict())
+
+
+class CopyGraph(nn.Module):
+    """The decoding copy as a D-layer decoder of the graph contract (export/dmtd_bundle.py traces it): its input
+    row is a token's embedding, plus the thinking layers' hidden state at a head; the LM head is the base's."""
+
+    def __init__(self, head: DmtdHead, lm_head: nn.Module) -> None:
+        super().__init__()
+        self.layers, self.norm, self.lm_head = head.layers, head.norm, lm_head
+
+    def forward(self, inputs_embeds, attention_bias, rope_cos, rope_sin, *past):
+        h, new_kv = run_layers(self.layers, inputs_embeds, attention_bias, rope_cos, rope_sin, past)
+        return (self.lm_head(self.norm(h)), *new_kv)
 
 
 def cyclic_gate(length: int, tau: int, anchor: int) -> np.ndarray:

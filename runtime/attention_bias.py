@@ -4,25 +4,16 @@ Columns [0, C) address the cache, [C, C + N) the block's own slots. Rows [0, n) 
 see the n_past committed positions plus their block-local rows; padding rows [n, N) see only themselves
 (so their softmax stays finite) and nothing attends to them.
 
-Two builders with identical output: `naive_attention_bias` fills the whole array every call;
 `CachedAttentionBias` (ESP's cached-mask optimisation) keeps one buffer per graph width, rewrites the
 block part only when the tree shape changes, and opens or closes only the cache columns and rows that
-changed since the last call.
+changed since the last call; tests/test_trees.py checks it against filling the whole array from scratch. Per step
+at width 32 it took 2.9 µs where building the bias from scratch took 154.7 µs
+(benchmarks/results/esp_bench_smollm2_52q.log).
 """
 
 from __future__ import annotations
 
 import numpy as np
-
-
-def naive_attention_bias(n_past: int, visible: np.ndarray, width: int, context: int, mask_value: float) -> np.ndarray:
-    n = visible.shape[0]
-    bias = np.full((1, 1, width, context + width), mask_value, dtype=np.float32)
-    bias[0, 0, :n, :n_past] = 0.0
-    block = bias[0, 0, :, context:]
-    block[:n, :n][visible] = 0.0
-    block[np.arange(n, width), np.arange(n, width)] = 0.0
-    return bias
 
 
 class CachedAttentionBias:

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .contract import GraphShape
+from .contract import LAYER_HIDDEN, GraphShape
 from .model_config import DecoderConfig
 
 
@@ -101,7 +101,7 @@ class Manifest:
         c = self.config
         adapter = bool(self.extras.get("mtp", {}).get("adapter_graphs", False))
         return GraphShape(width, context or self.context, c.hidden_size, c.head_dim, c.num_kv_heads, c.num_layers,
-                          c.vocab_size, adapter)
+                          c.vocab_size, adapter, int(self.extras.get(LAYER_HIDDEN, 0)))
 
     @property
     def context_buckets(self) -> list[int]:

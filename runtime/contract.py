@@ -21,6 +21,11 @@ manifest's extras["mtp"]["adapter_graphs"] says so):
   ->
     hidden_states     (1, N, hidden)            float32   final-normed hidden rows (the sampler head's input)
 
+Optional tapped hidden state (DMTD bundles, export/dmtd_bundle.py; the manifest's extras["layer_hidden"] = T):
+  ->
+    layer_hidden      (1, N, hidden)            float32   the residual stream entering layer T (DMTD: what the
+                                                          thinking layers hand the decoding layers)
+
 Key columns of `attention_bias`: [0, C) address the cache, [C, C + N) the block's own slots.
 
 Why the past is the whole cache (C positions) rather than C - N: the host cache is one contiguous
@@ -37,6 +42,7 @@ from dataclasses import dataclass
 DEFAULT_MASK_VALUE = -1e9
 LORA_GATE = "lora_gate"
 HIDDEN_STATES = "hidden_states"
+LAYER_HIDDEN = "layer_hidden"  # the output, and the manifest extras key holding its layer T
 
 
 def past_key_name(layer: int) -> str:
@@ -71,6 +77,7 @@ class GraphShape:
     num_layers: int
     vocab_size: int
     adapter: bool = False  # the optional lora_gate input and hidden_states output
+    tap_layer: int = 0  # > 0: the optional layer_hidden output, the residual stream entering this layer
 
     def input_shapes(self) -> dict[str, list[int]]:
         n, c = self.width, self.context
@@ -91,6 +98,8 @@ class GraphShape:
         shapes = {"logits": [1, self.width, self.vocab_size]}
         if self.adapter:
             shapes[HIDDEN_STATES] = [1, self.width, self.hidden_size]
+        if self.tap_layer:
+            shapes[LAYER_HIDDEN] = [1, self.width, self.hidden_size]
         for layer in range(self.num_layers):
             shapes[new_key_name(layer)] = [1, self.num_kv_heads, self.width, self.head_dim]
             shapes[new_value_name(layer)] = [1, self.num_kv_heads, self.width, self.head_dim]

@@ -9,12 +9,14 @@
 from __future__ import annotations
 
 import logging
+from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from .attention_bias import CachedAttentionBias, naive_attention_bias
+from .attention_bias import CachedAttentionBias
 from .bundle import BundleError, Manifest, read_manifest
 from .contract import LORA_GATE
 from .graphs import GraphOutput, GraphSet
@@ -30,7 +32,8 @@ log = logging.getLogger(__name__)
 class Engine:
     def __init__(self, folder: Path, manifest: Manifest, threads: int | None = None,
                  providers: list | None = None, session_options: dict[str, str] | None = None,
-                 cached_masks: bool = True) -> None:
+                 mask_value: float | None = None) -> None:
+        """mask_value: the attention bias's hidden value (default the manifest's; QDQ calibration passes its own)."""
         # the host side's matrices are small (the mtp sampler head: a few (m, 1152) x (1152, 576) products);
         # numpy's multi-threaded BLAS spins idle threads after them that took the core from onnxruntime:
         # measured on 2 cores, mtp tree host time 32 -> 6 ms per step and graph calls 7-13% faster with 1 thread
@@ -40,7 +43,7 @@ class Engine:
         cfg = manifest.config
         self.config = cfg
         self.context = manifest.context
-        self.mask_value = np.float32(manifest.mask_value)
+        self.mask_value = np.float32(manifest.mask_value if mask_value is None else mask_value)
         self.tokenizer = TextTokenizer(folder, manifest.tokenizer)
         self.embeddings = np.load(folder / manifest.embeddings_file, mmap_mode="r")
         if self.embeddings.shape != (cfg.vocab_size, cfg.hidden_size):
@@ -52,28 +55,29 @@ class Engine:
         self.cache = KVCache(cfg.num_layers, cfg.num_kv_heads, self.context, cfg.head_dim, manifest.context_buckets)
         self.graph_calls = 0
         self.graph_seconds = 0.0
-        # Host work per call kept small: RoPE rows for every position computed once; block layouts cached by
-        # tree shape (the bundle's precomputed templates first); bias buffers reused per width (see
-        # attention_bias). cached_masks=False rebuilds everything each call (for measurement).
-        self.cached_masks = cached_masks
+        # Host work per call kept small: RoPE rows for every position computed once; block layouts read from the
+        # bundle's tree templates (checked here, once) or computed once per other tree shape; one bias buffer
+        # per width, updated in place (see attention_bias).
         max_position = self.context + self.graphs.max_width
         self._rope_cos, self._rope_sin = rope_tables(np.arange(max_position), self.inv_freq)
-        self._layouts: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
         self._biases = {(e.width, e.context): CachedAttentionBias(e.width, e.context, self.mask_value)
                         for e in self.graphs.entries}
         self.templates = templates_from_extras(manifest.extras)
+        self._template_layouts: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
         for template in self.templates:
             problem = check_template(template)
             if problem:
                 raise BundleError(f"{problem}: the bundle's tree templates are corrupt; re-run `mtpedge export`")
             parents = np.asarray(template.parents, dtype=np.int64)
-            self._layouts[parents.tobytes()] = (template.visible_matrix(), np.asarray(template.depth, np.int64))
+            self._template_layouts[parents.tobytes()] = (template.visible_matrix(),
+                                                         np.asarray(template.depth, np.int64))
+        self._layouts: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}  # other shapes, computed once
 
     @classmethod
     def load(cls, folder: str | Path, threads: int | None = None, providers: list | None = None,
-             session_options: dict[str, str] | None = None, cached_masks: bool = True) -> Engine:
+             session_options: dict[str, str] | None = None, mask_value: float | None = None) -> Engine:
         folder = Path(folder)
-        return cls(folder, read_manifest(folder), threads, providers, session_options, cached_masks)
+        return cls(folder, read_manifest(folder), threads, providers, session_options, mask_value)
 
     @property
     def stop_token_ids(self) -> set[int]:
@@ -83,19 +87,16 @@ class Engine:
         return np.asarray(self.embeddings[np.asarray(tokens, dtype=np.int64)], dtype=np.float32)
 
     def block_layout(self, parents: np.ndarray) -> tuple[np.ndarray, np.ndarray, bytes]:
-        """(visible, depth, key) of a block; computed once per tree shape (templates are preloaded)."""
+        """(visible, depth, key) of a block: its template's if the bundle has one, else computed once per shape."""
         parents = np.asarray(parents, dtype=np.int64)
         key = parents.tobytes()
-        if not self.cached_masks:
-            layout = tree_layout(parents)
-            return layout.visible, layout.depth, key
-        if key not in self._layouts:
+        layout = self._template_layouts.get(key) or self._layouts.get(key)
+        if layout is None:
             if len(self._layouts) >= 4096:  # a bound, for drafters whose shapes never repeat
                 self._layouts.clear()
-            layout = tree_layout(parents)
-            self._layouts[key] = (layout.visible, layout.depth)
-        visible, depth = self._layouts[key]
-        return visible, depth, key
+            computed = tree_layout(parents)
+            layout = self._layouts[key] = (computed.visible, computed.depth)
+        return layout[0], layout[1], key
 
     def run_block(self, embeds: np.ndarray, parents: np.ndarray, gate: np.ndarray | None = None) -> GraphOutput:
         """One graph call over n slots arranged as a tree rooted at position n_past; nothing is committed.
@@ -111,12 +112,8 @@ class Engine:
         width, n_past = entry.width, self.cache.n_past
         positions = np.full(width, n_past, dtype=np.int64)
         positions[:n] += depth
-        if self.cached_masks:
-            bias = self._biases[(width, entry.context)].fill(n_past, visible, key)
-            cos, sin = self._rope_cos[:, :, positions], self._rope_sin[:, :, positions]
-        else:
-            bias = naive_attention_bias(n_past, visible, width, entry.context, self.mask_value)
-            cos, sin = rope_tables(positions, self.inv_freq)
+        bias = self._biases[(width, entry.context)].fill(n_past, visible, key)
+        cos, sin = self._rope_cos[:, :, positions], self._rope_sin[:, :, positions]
         padded = np.zeros((1, width, self.config.hidden_size), dtype=np.float32)
         padded[0, :n] = embeds
         feeds = {"inputs_embeds": padded, "attention_bias": bias, "rope_cos": cos, "rope_sin": sin}
@@ -151,10 +148,12 @@ class Engine:
         return self.run_block(self.tree_embeddings(tree, slot_embeddings), tree.parents, gate)
 
     def prefill(self, token_ids: list[int] | np.ndarray) -> np.ndarray:
-        """Run and commit `token_ids` after the cache's contents, in chunks of the prefill graph's width.
+        """Run and commit `token_ids` after the cache's contents; returns the last token's logits (vocab,)."""
+        last = deque(self.prefill_chunks(token_ids), maxlen=1)[0]  # only the last chunk's output is kept
+        return last.logits[-1]
 
-        Returns the logits of the last token (vocab,).
-        """
+    def prefill_chunks(self, token_ids: list[int] | np.ndarray) -> Iterator[GraphOutput]:
+        """Run and commit `token_ids` in chunks of the prefill graph's width, yielding each chunk's output."""
         tokens = np.asarray(token_ids, dtype=np.int64)
         if tokens.size == 0:
             raise ValueError("prefill needs at least one token")
@@ -164,14 +163,12 @@ class Engine:
                 f"{self.context} context positions are free: shorten the prompt or export with a larger --context"
             )
         chunk = self.graphs.prefill_width
-        logits = None
         for start in range(0, tokens.size, chunk):
             part = tokens[start: start + chunk]
             chain = np.arange(-1, part.size - 1)  # a chain is plain causal attention
             out = self.run_block(self.embed(part), chain)
             self.cache.commit_accepted_kv(out.new_keys, out.new_values, np.arange(part.size))
-            logits = out.logits[-1]
-        return logits
+            yield out
 
     def reset(self) -> None:
         self.cache.reset()

@@ -9,10 +9,10 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 
+from .drafters.base import Drafter
 from .engine import Engine
 from .graphs import GraphOutput
 from .kv_cache import ContextOverflowError
@@ -21,20 +21,8 @@ from .tree import DraftTree
 from .verify import accepted_tokens, verify_tree
 
 OVERFLOW_POLICIES = ("error", "stop")
-
-
-class Drafter(Protocol):
-    """Proposes a draft tree rooted at `root` (the newest token, not yet in the cache)."""
-
-    name: str
-
-    def start(self, engine: Engine, prompt_ids: Sequence[int], prefill_logits: np.ndarray) -> None: ...
-
-    def propose(self, context_ids: Sequence[int], root: int) -> tuple[DraftTree, np.ndarray | None]:
-        """The tree and the embeddings of its SLOT nodes (None if it has none)."""
-        ...
-
-    def observe(self, tree: DraftTree, out: GraphOutput, path: list[int]) -> None: ...
+LOSSY_WARNING = ("{name} is LOSSY: its drafted tokens are emitted without verification, so the output differs from "
+                 "the model's own; use a lossless drafter (e.g. dmtd-spec) for identical output")
 
 
 @dataclass
@@ -50,6 +38,7 @@ class GenerationStats:
     finish_reason: str = ""
     drafter: str = "none"
     drafter_settings: dict = field(default_factory=dict)
+    lossless: bool = True  # False: a lossy drafter's tokens were emitted unverified
 
     @property
     def forward_calls(self) -> int:
@@ -100,6 +89,7 @@ class GenerationStats:
             "finish_reason": self.finish_reason,
             "drafter": self.drafter,
             "drafter_settings": self.drafter_settings,
+            "lossless": self.lossless,
         }
 
 
@@ -124,16 +114,21 @@ def generate(
 
     on_tokens receives each step's new tokens as they are accepted (streaming). on_overflow: "error"
     raises ContextOverflowError when the context fills up; "stop" ends the run with finish_reason "length".
-    should_stop is polled between steps (cancellation).
+    should_stop is polled between steps (cancellation). A lossy drafter (`drafter.lossy`) has its tree verified
+    against its own logits instead of the model's: its tokens are emitted as drafted (see LOSSY_WARNING).
     """
     if on_overflow not in OVERFLOW_POLICIES:
         raise ValueError(f"on_overflow must be one of {OVERFLOW_POLICIES}, got {on_overflow!r}")
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     sampler = Sampler(sampling or SamplingConfig())
+    lossy = bool(drafter and drafter.lossy)
+    if lossy and not sampler.config.greedy:
+        raise ValueError(f"{drafter.name} is lossy and decodes greedily only: drop the temperature, or use a "
+                         "lossless drafter")
     stops = engine.stop_token_ids if stop_token_ids is None else set(stop_token_ids)
     stats = GenerationStats(prompt_tokens=len(prompt_ids), drafter=drafter.name if drafter else "none",
-                            drafter_settings=dict(getattr(drafter, "settings", {})))
+                            drafter_settings=dict(drafter.settings) if drafter else {}, lossless=not lossy)
     if len(prompt_ids) >= engine.context:
         raise ContextOverflowError(
             f"the prompt has {len(prompt_ids)} tokens but the bundle's context is {engine.context} "
@@ -142,32 +137,36 @@ def generate(
     started = time.perf_counter()
     graph0, calls0 = engine.graph_seconds, engine.graph_calls
     engine.reset()
-    logits = engine.prefill(prompt_ids)
+    if drafter:
+        drafter.start(engine, prompt_ids)
+    for out in engine.prefill_chunks(prompt_ids):
+        if drafter:
+            drafter.observe_prefill(out)
+    # the logits a tree is verified against: the model's, or a lossy drafter's own
+    judge: Callable[[GraphOutput], np.ndarray] = drafter.own_logits if lossy else lambda graph_out: graph_out.logits
     stats.prefill_calls = engine.graph_calls - calls0
     stats.prefill_seconds = time.perf_counter() - started
-    if drafter:
-        drafter.start(engine, prompt_ids, logits)
     context = list(prompt_ids)
     new: list[int] = []
 
     def emit(tokens: list[int]) -> bool:
         """Append tokens up to a stop token or the limit; True when generation is finished."""
-        out = []
+        kept = []
         for token in tokens:
             if token in stops:
                 stats.finish_reason = "stop"
                 break
-            out.append(token)
-            if len(new) + len(out) >= max_new_tokens:
+            kept.append(token)
+            if len(new) + len(kept) >= max_new_tokens:
                 stats.finish_reason = "length"
                 break
-        new.extend(out)
-        context.extend(out)
-        if out and on_tokens:
-            on_tokens(out)
+        new.extend(kept)
+        context.extend(kept)
+        if kept and on_tokens:
+            on_tokens(kept)
         return bool(stats.finish_reason)
 
-    root = sampler.choose(logits)
+    root = sampler.choose(judge(out)[-1])
     done = emit([root])
     while not done:
         if should_stop and should_stop():
@@ -179,10 +178,9 @@ def generate(
                 stats.finish_reason = "length"
                 break
             engine.cache.ensure_room(1)
-        # a drafter whose slots are an adapter's learned masks sets lora_on_slots (gate 1 there, 0 at tokens)
-        out = engine.run_tree(tree, slot_embeddings, lora_on_slots=getattr(drafter, "lora_on_slots", False))
+        out = engine.run_tree(tree, slot_embeddings, lora_on_slots=drafter.lora_on_slots if drafter else False)
         stats.decode_calls += 1
-        full_path, root = verify_tree(tree, out.logits, sampler.choose)
+        full_path, root = verify_tree(tree, judge(out), sampler.choose)
         path = full_path[: engine.cache.free]
         if len(path) < len(full_path):  # no room for the whole path: the first node left out becomes the root
             root = int(tree.tokens[full_path[len(path)]])

@@ -11,7 +11,7 @@ import numpy as np
 import onnxruntime as ort
 
 from .bundle import BundleError, GraphEntry, Manifest
-from .contract import HIDDEN_STATES, new_key_name, new_value_name
+from .contract import HIDDEN_STATES, LAYER_HIDDEN, new_key_name, new_value_name
 from .qnn import DISABLE_CPU_FALLBACK, QNN_EP, add_qnn_provider, check_qnn_bundle
 
 log = logging.getLogger(__name__)
@@ -24,6 +24,7 @@ class GraphOutput:
     new_values: list[np.ndarray]
     seconds: float  # time inside session.run
     hidden: np.ndarray | None = None  # (n, hidden) final-normed rows: adapter graphs only (contract HIDDEN_STATES)
+    layer_hidden: np.ndarray | None = None  # (n, hidden) the tapped residual stream: DMTD bundles (LAYER_HIDDEN)
 
 
 class GraphSet:
@@ -117,4 +118,5 @@ class GraphSet:
             new_values=[by_name[new_value_name(layer)] for layer in range(self.num_layers)],
             seconds=seconds,
             hidden=by_name[HIDDEN_STATES][0, :n_real] if HIDDEN_STATES in by_name else None,
+            layer_hidden=by_name[LAYER_HIDDEN][0, :n_real] if LAYER_HIDDEN in by_name else None,
         )

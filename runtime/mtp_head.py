@@ -13,10 +13,14 @@ decides), so the shortlist changes speed, never the output.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from .bundle import BundleError
-from .engine import Engine
+
+if TYPE_CHECKING:
+    from .engine import Engine
 
 
 def mtp_extras(engine: Engine) -> dict:

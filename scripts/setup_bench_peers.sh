@@ -29,4 +29,4 @@ if ! .venv-optimum/bin/python -c "import optimum.onnxruntime" 2>/dev/null; then
   .venv-optimum/bin/python -m pip install -q --upgrade pip
   .venv-optimum/bin/python -m pip install -q optimum-onnx==0.1.0 onnxruntime torch==2.13.0
 fi
-echo "bench peers ready: mtpedge bench --questions ../shared/data/spec_bench/question.jsonl --methods all"
+echo "bench peers ready: mtpedge bench --methods all"

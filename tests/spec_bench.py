@@ -1,29 +1,21 @@
-"""Spec-Bench questions for tests and benchmarks (the file ships beside the repository in shared/)."""
+"""Spec-Bench questions for tests and benchmarks: the file shipped with mtpedge (bench/data/spec_bench)."""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
+
+from mtpedge.bench.questions import SPEC_BENCH
 
 
 def question_file() -> Path:
-    env = os.environ.get("MTPEDGE_SPEC_BENCH")
-    candidates = [Path(env)] if env else []
-    root = Path(__file__).resolve().parents[1]
-    # shared/ lies beside the checkout (CI's clone, the main work tree) or beside a worktree's parent folder
-    candidates += [base / "shared/data/spec_bench/question.jsonl" for base in (root.parent, root.parent.parent)]
-    for path in candidates:
-        if path.is_file():
-            return path
-    raise FileNotFoundError(f"Spec-Bench question.jsonl not found (looked in {[str(c) for c in candidates]}); "
-                            "set MTPEDGE_SPEC_BENCH")
+    return SPEC_BENCH
 
 
 def questions(per_category: int, max_chars: int = 1500) -> list[dict]:
     """The first `per_category` questions of every category whose first turn is at most max_chars long."""
     picked: dict[str, list[dict]] = {}
-    for line in question_file().read_text().splitlines():
+    for line in SPEC_BENCH.read_text().splitlines():
         q = json.loads(line)
         bucket = picked.setdefault(q["category"], [])
         if len(bucket) < per_category and len(q["turns"][0]) <= max_chars:

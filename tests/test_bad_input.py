@@ -179,7 +179,7 @@ def test_cli_reports_errors_without_a_traceback(tmp_path, capsys, tiny_bundle):
     with pytest.raises(SystemExit) as exit_info:
         main(["generate", "hi", "--bundle", str(tiny_bundle("llama")), "--drafter", "nope"])
     assert exit_info.value.code == 2
-    assert "invalid choice: 'nope'" in capsys.readouterr().err
+    assert "argument --drafter: unknown drafter 'nope'" in capsys.readouterr().err
 
 
 def test_garbage_in_the_weights_stops_generation_with_a_clear_error(tmp_path, tiny_bundle, capsys):

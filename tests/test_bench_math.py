@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mtpedge.bench.aggregate import OVERALL, acceptance_by_depth, summarize, tau
-from mtpedge.bench.methods import MethodRun, parse_method_spec
+from mtpedge.bench.methods import MethodRun
 from mtpedge.bench.questions import Question, QuestionFileError, parse_questions, round_robin, select_questions
 from mtpedge.bench.roofline import CallCost, Ceilings, call_cost, matmul_weights
 from mtpedge.bench.runner import Row, first_difference, run_questions
@@ -54,7 +54,7 @@ def test_resolve_methods_expands_all_and_always_keeps_the_baseline():
     assert resolve_methods(["all"], ["none", "lookup"]) == [
         "none", "lookup", "llama.cpp", "llama.cpp-lookup", "transformers", "transformers-lookup", "optimum-ort"]
     assert resolve_methods(["transformers", "lookup"], ["none", "lookup"]) == ["none", "transformers", "lookup"]
-    with pytest.raises(ValueError, match="unknown method 'eagle'"):
+    with pytest.raises(ValueError, match="method 'eagle' is neither a peer .* nor a drafter: unknown drafter"):
         resolve_methods(["eagle"], ["none"])
 
 
@@ -64,22 +64,17 @@ def test_round_robin_takes_one_question_per_category_per_round():
     assert round_robin([]) == []
 
 
-def test_method_specs_carry_drafter_options():
-    assert parse_method_spec("hybrid") == ("hybrid", {})
-    assert parse_method_spec("hybrid:width=32:mask-init=soft:mask_update=0.2") == (
-        "hybrid", {"width": 32, "mask_init": "soft", "mask_update": 0.2})
-    assert parse_method_spec("mtp:mtp_layout=tree:lookup=true") == ("mtp", {"mtp_layout": "tree", "lookup": True})
-    assert parse_method_spec("mtp:lookup=False") == ("mtp", {"lookup": False})
+def test_methods_are_drafter_specs_or_peers():
     from mtpedge.bench_cmd import names_mtp
+    from mtpedge.runtime.drafters import drafter_names
 
     assert names_mtp(("none", "mtp:mtp_layout=linear")) and not names_mtp(("all",)) and not names_mtp(("hybrid",))
-    with pytest.raises(ValueError, match="options are key=value"):
-        parse_method_spec("esp:soft")
-    assert resolve_methods(["esp:mask_init=soft", "esp"], ["none", "esp"]) == ["none", "esp:mask_init=soft", "esp"]
-    with pytest.raises(ValueError, match="only mtpedge drafters take options"):
-        resolve_methods(["transformers:width=4"], ["none"])
-    with pytest.raises(ValueError, match="unknown method 'eagle'"):
-        resolve_methods(["eagle"], ["none"])
+    names = drafter_names()
+    assert resolve_methods(["esp:mask_init=soft", "esp"], names) == ["none", "esp:mask_init=soft", "esp"]
+    with pytest.raises(ValueError, match="unknown drafter 'transformers'"):
+        resolve_methods(["transformers:width=4"], names)
+    with pytest.raises(ValueError, match="takes no option masks"):
+        resolve_methods(["lookup:masks=2"], names)
 
 
 class _CountingMethod:

@@ -11,8 +11,10 @@ from mtpedge.bench.report import validate_report
 from mtpedge.main import main
 from mtpedge.runtime.drafters import drafter_names
 
-# mtp needs a bundle with a trained adapter (tests/test_mtp_decode.py); on this plain bundle it is "missing"
-PLAIN_DRAFTERS = [name for name in drafter_names() if name != "mtp"]
+# mtp needs a bundle with a trained adapter (tests/test_mtp_decode.py), dmtd-spec and dmtd a DMTD bundle
+# (tests/test_dmtd_runtime.py); on this plain bundle they are "missing"
+NEEDS_A_BUNDLE_OF_ITS_OWN = ("mtp", "dmtd-spec", "dmtd")
+PLAIN_DRAFTERS = [name for name in drafter_names() if name not in NEEDS_A_BUNDLE_OF_ITS_OWN]
 OPTION_METHOD = "lookup:width=4:max_ngram=2"  # a drafter with options is a method of its own
 
 
@@ -91,10 +93,22 @@ def test_validate_report_finds_gaps(quick_report):
 
 
 def test_bench_refuses_bad_arguments(tiny_bundle, capsys):
-    assert main(["bench", "--bundle", str(tiny_bundle("llama"))]) == 2
-    assert "--questions is required" in capsys.readouterr().err
     assert main(["bench", "--bundle", str(tiny_bundle("llama")), "--quick", "--methods", "eagle"]) == 2
-    assert "unknown method 'eagle'" in capsys.readouterr().err
+    assert "method 'eagle' is neither a peer" in capsys.readouterr().err
+    assert main(["bench", "--bundle", str(tiny_bundle("llama")), "--methods", "hybrid:widht=32"]) == 2
+    assert "takes no option widht" in capsys.readouterr().err
+
+
+def test_bench_reads_the_shipped_spec_bench_questions_by_default(tiny_bundle, capsys):
+    """No folder outside the checkout is needed: the question file ships with mtpedge, with its license."""
+    from mtpedge.bench.questions import SPEC_BENCH, load_questions
+
+    assert main(["bench", "--bundle", str(tiny_bundle("llama")), "--categories", "poetry"]) == 2
+    assert "unknown categories ['poetry']: the file has writing, roleplay" in capsys.readouterr().err
+    questions = load_questions(SPEC_BENCH)
+    assert len(questions) == 480 and len({q.category for q in questions}) == 13
+    assert "Apache License" in (SPEC_BENCH.parent / "LICENSE").read_text()
+    assert "hemingkx/Spec-Bench" in (SPEC_BENCH.parent / "SOURCE.md").read_text()
 
 
 def test_rss_monitor_keeps_a_peak_per_window():

@@ -95,6 +95,25 @@ def test_the_chat_says_when_it_drops_turns_and_refuses_an_overlong_message(engin
     assert "(not sent: your message takes" in err and session.replies == 4
 
 
+def test_a_reply_runs_to_the_end_of_the_context_unless_a_limit_is_set(engine):
+    """#18 item 8, the chat half: no silent 128-token cap; `mtpedge chat` sets no limit unless asked."""
+    import argparse
+
+    from mtpedge.chat_cmd import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert parser.parse_args([]).max_new_tokens is None
+    assert parser.parse_args(["--max-new-tokens", "9"]).max_new_tokens == 9
+    session = ChatSession(engine, GREEDY)
+    status, out, err = run_repl(session, ["hello", "/quit"])
+    stats = session.last
+    # the tiny random model does not say its stop token here: the reply fills the context
+    assert stats.finish_reason == "length" and stats.new_tokens > 128
+    assert stats.prompt_tokens + stats.new_tokens == engine.context
+    assert "(reply cut short: the context is full" in err
+
+
 def test_a_message_too_long_for_the_context_is_refused(engine):
     session = ChatSession(engine, GREEDY, 8)
     session.reply("short")

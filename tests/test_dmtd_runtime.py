@@ -1,4 +1,4 @@
-"""DMTD part graphs and decoding modes on a tiny model (and, slow, on SmolLM2 with an untrained copy)."""
+"""DMTD drafters on the shared decode loop, on a tiny model (and, slow, on SmolLM2 with an untrained copy)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from mtpedge.runtime.dmtd import generate_dmtd, generate_dmtd_spec
-from mtpedge.runtime.dmtd_parts import DmtdParts
+from mtpedge.runtime.drafters import make_drafter
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import generate
 
@@ -31,38 +30,36 @@ def tiny_dmtd(tiny_model_dir, tmp_path_factory):
     save_distill_data(samples, folder / "data.npz")
     ckpt = train_dmtd(loaded, folder / "data.npz", folder / "ckpt",
                       TrainSettings(decoding_layers=1, steps=8, lr=3e-3, warmup=1, eval_every=0))
-    config = DmtdExportConfig(context=256, prefill_width=16, decode_widths=(1, 8), part_widths=(1, 4, 8))
+    config = DmtdExportConfig(context=256, prefill_width=16, decode_widths=(1, 8), copy_widths=(1, 4, 8))
     bundle = export_dmtd_bundle(loaded, ckpt, folder / "bundle", config)
     return loaded, ckpt, bundle
 
 
-def test_thinking_then_base_decoding_is_the_full_graph(tiny_dmtd):
-    _, _, bundle = tiny_dmtd
+def test_the_graphs_tap_the_thinking_layers_output(tiny_dmtd):
+    """Every call's extra output is the residual stream entering the decoding layers, chunk after chunk."""
+    from mtpedge.models.dmtd import thinking_hidden
+    from mtpedge.models.dmtd_train import load_head
+
+    loaded, ckpt, bundle = tiny_dmtd
+    head, _ = load_head(ckpt, loaded)
     engine = Engine.load(bundle, threads=1)
-    parts = DmtdParts(engine, threads=1)
     tokens = np.asarray(PROMPTS[2], dtype=np.int64)
-    full = engine.run_block(engine.embed(tokens[:16]), np.arange(-1, 15)).logits
-    h = parts.thinking.run(engine.embed(tokens[:16])).values
-    split = parts.base.run(h).values
-    np.testing.assert_allclose(split, full, atol=1e-5, rtol=1e-4)
-    # and through the caches, chunk after chunk, to the last position
     engine.reset()
-    last = engine.prefill(tokens)
-    parts.reset()
-    np.testing.assert_allclose(parts.base.run_chunked(parts.thinking.run_chunked(engine.embed(tokens), 16), 16)[-1],
-                               last, atol=1e-5, rtol=1e-4)
+    rows = np.concatenate([out.layer_hidden for out in engine.prefill_chunks(tokens)])
+    expected = thinking_hidden(loaded.decoder, tokens, head.split)[0].numpy()
+    np.testing.assert_allclose(rows, expected, atol=1e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("draft_len", [0, 1, 3, 7])
 def test_dmtd_spec_greedy_equals_plain_decoding(tiny_dmtd, draft_len):
     _, _, bundle = tiny_dmtd
     engine = Engine.load(bundle, threads=1)
-    parts = DmtdParts(engine, threads=1)
+    drafter = make_drafter(f"dmtd-spec:draft_len={draft_len}", engine)
     for prompt in PROMPTS:
         plain = generate(engine, prompt, max_new_tokens=40, stop_token_ids=set()).token_ids
-        spec = generate_dmtd_spec(parts, prompt, max_new_tokens=40, draft_len=draft_len, stop_token_ids=set())
+        spec = generate(engine, prompt, max_new_tokens=40, stop_token_ids=set(), drafter=drafter)
         assert spec.token_ids == plain
-        assert spec.stats.drafter_settings["lossy"] is False
+        assert spec.stats.drafter_settings["lossy"] is False and spec.stats.lossless
         if draft_len == 0:
             assert spec.stats.tokens_per_call == 1.0
 
@@ -76,10 +73,12 @@ def test_dmtd_cyclic_refilling_is_the_trained_gated_pass(tiny_dmtd, tau):
 
     loaded, ckpt, bundle = tiny_dmtd
     head, _ = load_head(ckpt, loaded)
-    parts = DmtdParts(Engine.load(bundle, threads=1), threads=1)
+    engine = Engine.load(bundle, threads=1)
+    drafter = make_drafter(f"dmtd:tau={tau}", engine)
     for prompt in PROMPTS:
-        out = generate_dmtd(parts, prompt, max_new_tokens=24, tau=tau, stop_token_ids=set())
+        out = generate(engine, prompt, max_new_tokens=24, stop_token_ids=set(), drafter=drafter)
         assert len(out.token_ids) == 24 and out.stats.drafter_settings["lossy"] is True
+        assert out.stats.lossless is False and out.stats.to_dict()["lossless"] is False
         ids = np.asarray(prompt + out.token_ids, dtype=np.int64)
         with torch.no_grad():
             logits = dmtd_logits(loaded.decoder, head, ids, thinking_hidden(loaded.decoder, ids, head.split),
@@ -90,15 +89,18 @@ def test_dmtd_cyclic_refilling_is_the_trained_gated_pass(tiny_dmtd, tau):
 
 def test_dmtd_refuses_what_the_bundle_cannot_run(tiny_dmtd, tiny_bundle):
     from mtpedge.runtime.bundle import BundleError
+    from mtpedge.runtime.sampling import SamplingConfig
 
     _, _, bundle = tiny_dmtd
-    parts = DmtdParts(Engine.load(bundle, threads=1), threads=1)
+    engine = Engine.load(bundle, threads=1)
     with pytest.raises(ValueError, match="τ must be"):
-        generate_dmtd(parts, [1, 2, 3], tau=17)
+        make_drafter("dmtd:tau=17", engine)
     with pytest.raises(ValueError, match="draft_len"):
-        generate_dmtd_spec(parts, [1, 2, 3], draft_len=16)
+        make_drafter("dmtd-spec:draft_len=16", engine)
+    with pytest.raises(ValueError, match="greedily only"):
+        generate(engine, [1, 2, 3], 4, SamplingConfig(temperature=0.7), drafter=make_drafter("dmtd", engine))
     with pytest.raises(BundleError, match="not a DMTD bundle"):
-        DmtdParts(Engine.load(tiny_bundle("llama"), threads=1))
+        make_drafter("dmtd-spec", Engine.load(tiny_bundle("llama"), threads=1))
 
 
 def test_generate_command_runs_both_modes_and_warns_for_the_lossy_one(tiny_dmtd, capsys):
@@ -108,36 +110,38 @@ def test_generate_command_runs_both_modes_and_warns_for_the_lossy_one(tiny_dmtd,
 
     _, _, bundle = tiny_dmtd
     outputs = {}
-    for drafter in ("none", "dmtd-spec", "dmtd"):
+    for drafter in ("none", "dmtd-spec", "dmtd:tau=2"):
         assert main(["generate", "hello", "--bundle", str(bundle), "--drafter", drafter, "--max-new-tokens", "12",
-                     "--json", "--threads", "1", "--tau", "2"]) == 0
+                     "--json", "--threads", "1"]) == 0
         captured = capsys.readouterr()
         outputs[drafter] = json.loads(captured.out)
-        assert ("LOSSY" in captured.err) == (drafter == "dmtd")
+        assert ("LOSSY" in captured.err) == (drafter == "dmtd:tau=2")
     assert outputs["dmtd-spec"]["token_ids"] == outputs["none"]["token_ids"]
-    assert outputs["dmtd"]["drafter_settings"] == {"tau": 2, "decoding_layers": 1, "lossy": True}
+    assert outputs["dmtd:tau=2"]["drafter_settings"] == {"drafter": "dmtd", "tau": 2, "decoding_layers": 1,
+                                                        "lossy": True}
+    assert outputs["dmtd:tau=2"]["lossless"] is False and outputs["dmtd-spec"]["lossless"] is True
 
 
 def test_bench_methods_take_the_dmtd_names(tiny_dmtd):
-    from mtpedge.bench.methods import DmtdMethod, DrafterMethod
+    from mtpedge.bench.methods import DrafterMethod
     from mtpedge.bench.suite import resolve_methods
     from mtpedge.runtime.drafters import drafter_names
 
     assert resolve_methods(("dmtd-spec", "dmtd"), drafter_names()) == ["none", "dmtd-spec", "dmtd"]
-    assert "dmtd" not in resolve_methods(("all",), drafter_names())  # only on request: needs a DMTD bundle
+    assert "dmtd" not in resolve_methods(("all",), drafter_names())  # lossy: only on request
     _, _, bundle = tiny_dmtd
     engine = Engine.load(bundle, threads=1)
-    plain, spec = DrafterMethod(engine, "none"), DmtdMethod(engine, "dmtd-spec", threads=1)
+    plain, spec = DrafterMethod(engine, "none"), DrafterMethod(engine, "dmtd-spec")
     for prompt in PROMPTS:
         run = spec.generate(prompt, 20)
         assert run.token_ids == plain.generate(prompt, 20).token_ids
-        assert run.decode_calls >= 1 and run.extra["lossy"] is False
+        assert run.decode_calls >= 1 and run.extra["lossless"] is True
 
 
 @pytest.mark.slow
 def test_smollm2_dmtd_spec_equals_plain_decoding(smollm2_model, tmp_path):
     """SmolLM2 split 24 + 6, the copy untrained (losslessness must not depend on what the drafter learned):
-    greedy dmtd-spec output equals plain decoding of the same bundle's full graphs on chat prompts."""
+    greedy dmtd-spec output equals plain decoding of the same bundle's graphs on chat prompts."""
     from mtpedge.export.dmtd_bundle import DmtdExportConfig, export_dmtd_bundle
     from mtpedge.models.dmtd import DmtdHead
     from mtpedge.models.dmtd_train import TrainSettings, save_checkpoint
@@ -147,14 +151,14 @@ def test_smollm2_dmtd_spec_equals_plain_decoding(smollm2_model, tmp_path):
     ckpt = tmp_path / "dmtd.pt"
     save_checkpoint(ckpt, head, torch.optim.AdamW(head.parameters()), 0, TrainSettings(decoding_layers=6),
                     smollm2_model, [])
-    config = DmtdExportConfig(context=256, prefill_width=16, decode_widths=(1,), part_widths=(4,),
+    config = DmtdExportConfig(context=256, prefill_width=16, decode_widths=(1, 4), copy_widths=(1, 8),
                               check_parity=False)
     bundle = export_dmtd_bundle(smollm2_model, ckpt, tmp_path / "bundle", config)
     engine = Engine.load(bundle, threads=1)
-    parts = DmtdParts(engine, threads=1)
+    drafter = make_drafter("dmtd-spec:draft_len=3", engine)
     for text in ["What is the capital of France?", "Write a haiku about the sea.", "Explain recursion briefly."]:
         prompt = engine.tokenizer.encode_chat([{"role": "user", "content": text}])
         plain = generate(engine, prompt, max_new_tokens=48).token_ids
-        spec = generate_dmtd_spec(parts, prompt, max_new_tokens=48, draft_len=3)
+        spec = generate(engine, prompt, max_new_tokens=48, drafter=drafter)
         assert spec.token_ids == plain
         assert spec.stats.tokens_per_call >= 1.0

@@ -25,11 +25,8 @@ DRAFTER_SETTINGS = [
     ("lookup", {"width": 32, "branches": 3, "max_ngram": 2}),
     ("hybrid", {}),
     ("hybrid", {"masks": 2, "width": 32, "branches": 3, "mask_init": "soft"}),
-    ("hybrid", {"mask_gain": 0.5}),
-    ("hybrid", {"mask_gain": 0.0, "width": 8}),
-    ("hybrid", {"mask_gain": 3.0, "masks": 2, "width": 32, "max_ngram": 2}),
-    ("hybrid", {"extend": 2}),
-    ("hybrid", {"extend": 3, "mask_gain": 0.5, "masks": 2, "width": 32, "mask_init": "hard"}),
+    ("hybrid", {"width": 8}),
+    ("hybrid", {"masks": 3, "width": 32, "max_ngram": 2, "mask_init": "hard"}),
 ]
 
 
@@ -119,7 +116,7 @@ def test_sampled_distribution_matches_plain_sampling(engines):
 
 def test_registry_and_option_errors(engines):
     engine = engines["llama"]
-    assert drafter_names() == ["none", "esp", "hybrid", "lookup", "mtp"]
+    assert drafter_names() == ["none", "dmtd", "dmtd-spec", "esp", "hybrid", "lookup", "mtp"]
     assert make_drafter("none", engine) is None
     with pytest.raises(ValueError, match="unknown drafter"):
         make_drafter("medusa", engine)
@@ -143,39 +140,51 @@ def test_cli_generate_with_drafter_settings(tiny_bundle, capsys):
     assert main(["generate", "hello hello", "--bundle", bundle, "--raw", "--json", "--max-new-tokens", "12"]) == 0
     plain = json.loads(capsys.readouterr().out)
     argv = ["generate", "hello hello", "--bundle", bundle, "--raw", "--json", "--max-new-tokens", "12",
-            "--drafter", "esp", "--masks", "2", "--mask-init", "soft", "--tree", "static:3,1", "--width", "16"]
+            "--drafter", "esp:masks=2:mask_init=soft:tree=static:3,1:width=16"]
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["token_ids"] == plain["token_ids"]
     assert out["drafter_settings"] == {"drafter": "esp", "masks": 2, "mask_init": "soft", "mask_update": 0.1,
                                        "tree": "static", "widths": [3, 1], "width": 16}
     assert set(out) >= {"accepted_per_depth", "accepted_per_call", "tokens_per_call"}
-    argv[argv.index("esp"):] = ["hybrid", "--mask-gain", "0.5", "--extend", "1", "--width", "32"]
+    argv[-1] = "hybrid:branches=3:width=32"
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["token_ids"] == plain["token_ids"]
-    assert out["drafter_settings"]["mask_gain"] == 0.5 and out["drafter_settings"]["extend"] == 1
-    with pytest.raises(SystemExit, match="takes no option masks"):
-        main(["generate", "x", "--bundle", bundle, "--drafter", "lookup", "--masks", "2"])
+    assert out["drafter_settings"]["branches"] == 3 and out["drafter_settings"]["width"] == 32
+    with pytest.raises(SystemExit, match="2"):
+        main(["generate", "x", "--bundle", bundle, "--drafter", "lookup:masks=2"])
+    assert "takes no option masks" in capsys.readouterr().err
 
 
-def test_bundle_templates_are_loaded_and_cached_masks_change_nothing(tiny_bundle, engines):
-    """The export wrote the static ESP layouts; the engine preloads them, and the cached bias/RoPE path
-    gives bit-identical logits to rebuilding everything per call."""
+def test_bundle_templates_are_what_the_engine_reads(tiny_bundle, engines):
+    """The export wrote the static ESP layouts; the engine reads a static tree's layout from its template (not
+    a layout computed from the tree), and output equals an engine whose bundle has no templates."""
+    import json
+    import shutil
+
     engine = engines["qwen3"]
     assert {(t.width, t.masks) for t in engine.templates} >= {(8, 1), (32, 1), (32, 2), (32, 3)}
-    naive = Engine.load(tiny_bundle("qwen3"), cached_masks=False)
     prompt = fuzzed_prompts(engine, 1, seed=5)[0]
-    for name in ("esp", "hybrid"):
+    drafter = make_drafter("esp:width=32", engine)  # the default static tree that fills a 32-wide graph
+    generate(engine, prompt, 5, stop_token_ids=set(), drafter=drafter)  # so that it has a forecast to draft from
+    tree, _ = drafter.propose(prompt, prompt[-1])
+    template = next(t for t in engine.templates if t.parents == tuple(tree.parents.tolist()))
+    visible, depth, _ = engine.block_layout(tree.parents)
+    assert np.array_equal(visible, template.visible_matrix()) and depth.tolist() == list(template.depth)
+    assert engine.block_layout(tree.parents)[0] is visible  # read, not rebuilt, on every step
+    folder = engine.folder.parent / "bundle-without-templates"
+    if not folder.exists():
+        shutil.copytree(engine.folder, folder)
+        manifest = json.loads((folder / "manifest.json").read_text())
+        del manifest["extras"]["tree_templates"]
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+    plain = Engine.load(folder)
+    assert plain.templates == []
+    for name in ("esp:width=32", "esp", "hybrid"):
         a = generate(engine, prompt, 30, stop_token_ids=set(), drafter=make_drafter(name, engine))
-        b = generate(naive, prompt, 30, stop_token_ids=set(), drafter=make_drafter(name, naive))
+        b = generate(plain, prompt, 30, stop_token_ids=set(), drafter=make_drafter(name, plain))
         assert a.token_ids == b.token_ids and a.stats.accepted_histogram == b.stats.accepted_histogram
-    tree, slots = make_drafter("esp", engine).propose(prompt, prompt[-1])
-    engine.reset()
-    engine.prefill(prompt)
-    naive.reset()
-    naive.prefill(prompt)
-    assert np.array_equal(engine.run_tree(tree, slots).logits, naive.run_tree(tree, slots).logits)
 
 
 def test_corrupt_template_is_refused(tiny_bundle, tmp_path):

@@ -90,3 +90,47 @@ def test_cli_generate_streams_text_and_stats(tiny_bundle, capsys):
     assert main(["generate", "hello", "--bundle", str(tiny_bundle("qwen2")), "--max-new-tokens", "8"]) == 0
     captured = capsys.readouterr()
     assert "tokens/call" in captured.err and "tokens/s" in captured.err
+
+
+def test_cli_generate_stops_at_the_context_and_prints_what_it_made(tiny_bundle, capsys):
+    """#18 item 2: a long prompt with a large --max-new-tokens ends with finish_reason "length" at the context
+    (exit 0, the output printed, also with --json) instead of exiting 2 with nothing."""
+    prompt = "hello " * 46  # 230 of the tiny bundle's 256 positions (its tokenizer splits a word into 5)
+    argv = ["generate", prompt, "--bundle", str(tiny_bundle("llama")), "--raw", "--max-new-tokens", "100"]
+    assert main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["finish_reason"] == "length" and out["token_ids"]
+    assert out["prompt_tokens"] + out["new_tokens"] == 256 + 1  # every position used, plus the last call's token
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert captured.out.strip() and "finish length" in captured.err
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--max-new-tokens", "0"], "--max-new-tokens must be at least 1"),
+    (["--temperature", "nan"], "--temperature must be a finite number"),
+    (["--temperature", "-1"], "--temperature must be a finite number"),
+    (["--context", "512"], "drop --context"),
+])
+def test_cli_generate_refuses_bad_options_before_loading(tmp_path, capsys, options, message):
+    """#18 item 2: checked before the engine loads (here the bundle does not even exist)."""
+    assert main(["generate", "hi", "--bundle", str(tmp_path / "missing"), *options]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "does not exist" not in err
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("lookup:masks=2", "takes no option masks; its options: width, max_ngram, min_ngram, branches"),
+    ("hybrid:width=wide", "option width takes an integer"),
+    ("esp:mask_init=zeros", "unknown mask init 'zeros'"),
+    ("medusa", "unknown drafter 'medusa'"),
+])
+def test_cli_generate_refuses_a_bad_drafter_spec_before_loading(tmp_path, capsys, spec, message):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["generate", "hi", "--bundle", str(tmp_path / "missing"), "--drafter", spec])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_cli_generate_refuses_a_width_above_the_widest_graph(tiny_bundle, capsys):
+    assert main(["generate", "hi", "--bundle", str(tiny_bundle("llama")), "--drafter", "hybrid:width=64"]) == 2
+    assert "width 64 is above this bundle's widest graph (32 slots)" in capsys.readouterr().err

@@ -68,7 +68,7 @@ def test_export_attaches_masks_and_hybrid_uses_them_losslessly(tmp_path, tiny):
     engine = Engine.load(export_bundle(tiny, tmp_path / "bundle", config))
     mtp = engine.manifest.extras["mtp"]
     assert mtp["k"] == 2 and mtp["rank"] == 0 and mtp["masks_origin"] == "m.npz"
-    for options in ({}, {"masks": 2, "mask_gain": 0.5, "extend": 1}):
+    for options in ({}, {"masks": 2, "width": 8}):
         drafter = make_drafter("hybrid", engine, **options)
         assert drafter.settings["mask_init"] == "learned" and drafter.settings["mask_update"] == 0.0
         assert np.array_equal(drafter.probe.masks.learned, masks_for(tiny, k=2).masks)

@@ -246,7 +246,7 @@ def test_cli_generate_passes_the_mtp_tree_settings(mtp_bundle, capsys):
     argv = ["generate", "hello hello hello", "--bundle", folder, "--raw", "--json", "--max-new-tokens", "16"]
     assert main(argv) == 0
     plain = json.loads(capsys.readouterr().out)
-    assert main([*argv, "--drafter", "mtp", "--branch", "2", "--mask-gain", "0.5", "--mtp-lookup", "--width", "8"]) == 0
+    assert main([*argv, "--drafter", "mtp:branch=2:mask_gain=0.5:lookup=true:width=8"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["token_ids"] == plain["token_ids"]
     settings = out["drafter_settings"]

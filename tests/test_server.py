@@ -67,6 +67,17 @@ def test_chat_completion_equals_plain_greedy_decoding(server, reference):
     assert body["mtpedge"]["tokens_per_call"] == 1.0
 
 
+@pytest.mark.parametrize("spec", ["lookup:width=4", "hybrid:width=32:masks=2", "esp:tree=dynamic"])
+def test_a_request_names_its_drafter_by_spec_and_gets_the_same_answer(server, reference, spec):
+    status, body = server.post(CHAT, chat_body("Tell me a story", 40, drafter=spec))
+    assert status == 200, body
+    assert body["choices"][0]["message"]["content"] == reference(True, "Tell me a story", 40)[0]
+    stats = body["mtpedge"]
+    assert stats["drafter"] == spec.split(":")[0] and stats["lossless"] is True
+    if spec.startswith("lookup"):
+        assert stats["drafter_settings"]["width"] == 4
+
+
 def test_text_completion_and_default_max_tokens(server, reference):
     status, body = server.post(TEXT, {"prompt": "Once upon a time", "temperature": 0})
     assert status == 200, body
@@ -175,6 +186,11 @@ def test_malformed_bodies_get_400(server, raw, status, fragment):
     ({"stream": "yes"}, "stream", "true or false"),
     ({"stream_options": {"include_usage": True}}, "stream_options", "only allowed with"),
     ({"drafter": "no-such-drafter"}, "drafter", "unknown drafter"),
+    ({"drafter": "lookup:masks=2"}, "drafter", "takes no option masks; its options: width, max_ngram"),
+    ({"drafter": "hybrid:width=64"}, "drafter", "above this bundle's widest graph"),
+    ({"drafter": "dmtd"}, "drafter", "not a DMTD bundle"),
+    ({"drafter": "dmtd", "temperature": 0.5}, "drafter", "greedily only"),
+    ({"drafter": 7}, "drafter", "a drafter spec"),
     ({"messages": []}, "messages", "non-empty list"),
     ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages[0].role", "use one of"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages[0].content", "text only"),

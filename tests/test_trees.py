@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mtpedge.runtime.attention_bias import CachedAttentionBias, naive_attention_bias
+from mtpedge.runtime.attention_bias import CachedAttentionBias
 from mtpedge.runtime.mask_embeddings import MaskConfig, initial_masks, updated_masks
 from mtpedge.runtime.ngram import ngram_continuations
 from mtpedge.runtime.tree import SLOT, tree_layout
@@ -207,6 +207,17 @@ def test_templates_are_the_runtime_layouts():
     assert "attention rows" in check_template(broken)
     with pytest.raises(ValueError, match="needs 18 slots"):
         make_template(16, 1, [8])
+
+
+def naive_attention_bias(n_past: int, visible: np.ndarray, width: int, context: int, mask_value: float) -> np.ndarray:
+    """The test oracle: the whole (1, 1, N, C + N) bias filled from scratch (see runtime/attention_bias.py)."""
+    n = visible.shape[0]
+    bias = np.full((1, 1, width, context + width), mask_value, dtype=np.float32)
+    bias[0, 0, :n, :n_past] = 0.0
+    block = bias[0, 0, :, context:]
+    block[:n, :n][visible] = 0.0
+    block[np.arange(n, width), np.arange(n, width)] = 0.0  # padding rows see only themselves
+    return bias
 
 
 @settings(max_examples=60, deadline=None)

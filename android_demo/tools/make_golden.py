@@ -5,8 +5,8 @@
                                                              # SmolLM2 where its bundle exists (~1 min)
     python android_demo/tools/make_golden.py --out DIR       # elsewhere (run_tests.sh --fresh does this)
 
-Every case is computed by running the Python runtime's own code (tree_layout, Engine.run_block's input
-building, verify_tree, KVCache.commit_accepted_kv, probabilities, the tokenizers library, the chat template,
+Every case is computed by running the Python runtime's own code (tree_layout, the bundle's tree templates,
+Engine.run_block's input building, verify_tree, KVCache.commit_accepted_kv, probabilities, the tokenizers library, the chat template,
 the drafters, a real decode), so a change of behaviour there makes the Java golden tests fail until the files
 are regenerated and the Java port follows. Files go to android_demo/engine/src/test/resources/golden/.
 """
@@ -185,6 +185,13 @@ def sampling_cases(rng: np.random.Generator) -> dict:
     return {"cases": cases}
 
 
+def template_cases() -> dict:
+    """The tree templates an export writes for these decode widths (the manifest's JSON form)."""
+    from mtpedge.runtime.tree_templates import default_templates
+
+    return {"templates": [t.to_json() for t in default_templates([4, 8, 16, 32])]}
+
+
 def drafters_available() -> bool:
     try:
         import mtpedge.runtime.tree_build  # noqa: F401
@@ -208,6 +215,7 @@ def main() -> None:
     write("rope.json", rope_cases())
     write("verify.json", verify_cases(rng))
     write("sampling.json", sampling_cases(rng))
+    write("templates.json", template_cases())
     golden_tokenizer.write_all(args.bundle)
     if drafters_available():
         import golden_drafters

@@ -26,7 +26,6 @@ from typing import Any
 
 from aiohttp import web
 
-from mtpedge.runtime.drafters import drafter_names
 from mtpedge.runtime.sampling import DEFAULT_TEMPERATURE
 from mtpedge.runtime.tokenizer import ChatTemplateError, TextTokenizer
 
@@ -94,7 +93,7 @@ async def health(request: web.Request) -> web.Response:
     worker = request.app[WORKER]
     return web.json_response({"status": "ok", "model": request.app[CONFIG].model_id, "busy": worker.busy,
                               "waiting": worker.waiting, "context": worker.engine.context,
-                              "drafter": worker.default_drafter})
+                              "drafter": str(worker.default_drafter)})
 
 
 def _model_card(request: web.Request) -> dict[str, Any]:
@@ -176,10 +175,7 @@ def _make_job(worker: EngineWorker, req: CompletionRequest, prompt_ids: list[int
                             f"were requested ({len(prompt_ids)} in the {what}, {req.max_tokens} in max_tokens): "
                             f"lower max_tokens to at most {room} or shorten the input", param="max_tokens",
                        code="context_length_exceeded")
-    drafter = req.drafter or worker.default_drafter
-    if drafter not in drafter_names():
-        raise ApiError(400, f"unknown drafter {drafter!r}: choose one of {', '.join(drafter_names())}",
-                       param="drafter")
+    drafter = worker.check_drafter(req.drafter or worker.default_drafter, req.sampling)
     return Job(prompt_ids, req.max_tokens or room, req.sampling, req.stop, drafter)
 
 

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from mtpedge.runtime.drafters import DrafterSpec, parse_drafter
 from mtpedge.runtime.sampling import SamplingConfig
 from mtpedge.runtime.tokenizer import LONE_SURROGATE
 
@@ -44,7 +45,7 @@ class CompletionRequest:
     stop: tuple[str, ...]
     stream: bool
     include_usage: bool  # stream_options.include_usage: a last chunk with the usage counts
-    drafter: str | None  # mtpedge extension: None = the server's drafter
+    drafter: DrafterSpec | None  # mtpedge extension, a spec such as "hybrid:width=32"; None = the server's drafter
 
 
 COMMON_FIELDS = {"model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "seed", "stream",
@@ -111,8 +112,14 @@ def parse_request(body: dict[str, Any], chat: bool, default_temperature: float) 
     if options is not None and not stream:
         raise ApiError(400, "`stream_options` is only allowed with `stream: true`", param="stream_options")
     drafter = body.get("drafter")
-    if drafter is not None and not isinstance(drafter, str):
-        raise ApiError(400, "`drafter` must be a drafter name (a string)", param="drafter")
+    if drafter is not None:
+        if not isinstance(drafter, str):
+            raise ApiError(400, "`drafter` must be a drafter spec (a string such as \"hybrid:width=32\")",
+                           param="drafter")
+        try:
+            drafter = parse_drafter(drafter)
+        except ValueError as err:
+            raise ApiError(400, f"`drafter`: {err}", param="drafter") from err
     user = body.get("user")
     if user is not None and not isinstance(user, str):
         raise ApiError(400, "`user` must be a string", param="user")

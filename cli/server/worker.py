@@ -18,9 +18,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from mtpedge.runtime.bundle import BundleError
-from mtpedge.runtime.drafters import make_drafter
+from mtpedge.runtime.drafters import DRAFTERS, Drafter, DrafterSpec, check_fits, make_drafter, parse_drafter
 from mtpedge.runtime.engine import Engine
-from mtpedge.runtime.generate import Drafter, generate
+from mtpedge.runtime.generate import generate
 from mtpedge.runtime.sampling import SamplingConfig
 from mtpedge.runtime.tokenizer import StreamDecoder
 
@@ -36,7 +36,7 @@ class Job:
     max_tokens: int
     sampling: SamplingConfig
     stop: tuple[str, ...]
-    drafter: str
+    drafter: DrafterSpec
     cancel: threading.Event = field(default_factory=threading.Event)
     queued_at: float = field(default_factory=time.perf_counter)
 
@@ -64,12 +64,12 @@ Event = TextDelta | Finished | Failed
 class EngineWorker:
     """Owns the engine; `submit` queues a job and returns the asyncio queue its events arrive on."""
 
-    def __init__(self, engine: Engine, default_drafter: str = "none", max_queue: int = 64) -> None:
+    def __init__(self, engine: Engine, default_drafter: str | DrafterSpec = "none", max_queue: int = 64) -> None:
         self.engine = engine
-        self.default_drafter = default_drafter
+        self.default_drafter = parse_drafter(default_drafter)
         self.max_queue = max_queue
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mtpedge-engine")
-        self._drafters: dict[str, Drafter | None] = {}  # touched only on the worker thread
+        self._drafters: dict[DrafterSpec, Drafter | None] = {}  # touched only on the worker thread
         self._lock = threading.Lock()
         self._waiting = 0
         self._running = False
@@ -118,10 +118,24 @@ class EngineWorker:
                 job.cancel.set()
         self._executor.shutdown(wait=True, cancel_futures=True)
 
-    def _drafter(self, name: str) -> Drafter | None:
-        if name not in self._drafters:
-            self._drafters[name] = make_drafter(name, self.engine)
-        return self._drafters[name]
+    def check_drafter(self, spec: DrafterSpec, sampling: SamplingConfig) -> DrafterSpec:
+        """A request's drafter, refused (400) if this bundle's graphs cannot hold it or it cannot sample."""
+        try:
+            check_fits(spec, [entry.width for entry in self.engine.graphs.entries])
+        except ValueError as err:
+            raise ApiError(400, f"`drafter`: {err}", param="drafter") from err
+        if spec.name in DRAFTERS and DRAFTERS[spec.name].lossy and not sampling.greedy:
+            raise ApiError(400, f"`drafter`: {spec.name} is lossy and decodes greedily only: send temperature 0",
+                           param="drafter")
+        return spec
+
+    def _drafter(self, spec: DrafterSpec) -> Drafter | None:
+        if spec not in self._drafters:
+            try:
+                self._drafters[spec] = make_drafter(spec, self.engine)
+            except (ValueError, BundleError) as err:  # e.g. mtp on a bundle without an adapter
+                raise ApiError(400, f"`drafter`: {err}", param="drafter") from err
+        return self._drafters[spec]
 
     def _run(self, job: Job, emit: Callable[[Event], None]) -> None:
         with self._lock:

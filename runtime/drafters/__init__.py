@@ -1,49 +1,54 @@
-"""Drafters: each proposes a draft tree per step (see `mtpedge.runtime.generate.Drafter`).
+"""Drafters: each proposes a draft tree per step (the `Drafter` protocol in base.py), named by one spec.
 
-`make_drafter(name, engine, **options)` is the one way the CLI, the server and the benchmarks get one;
-"none" means plain decoding (no drafter). Options are the drafter class's keyword arguments, e.g.
-    make_drafter("esp", engine, masks=1, mask_init="mean", mask_update=0.1, tree="static:6,1", width=16)
-    make_drafter("lookup", engine, width=8, max_ngram=3)
-    make_drafter("hybrid", engine, masks=1, width=16, branches=2)
+`parse_drafter("hybrid:width=32")` checks a spec against the registry below (before any engine loads), and
+`make_drafter(spec, engine)` is the one way the CLI, the server and the benchmarks get a drafter; "none" means
+plain decoding (no drafter). Options may also be given as keywords, e.g.
+    make_drafter("esp", engine, masks=1, mask_init="mean", tree="static:6,1", width=16)
     make_drafter("mtp", engine, mtp_layout="tree", width=16)  # needs a bundle with a trained adapter
-Options a drafter does not take are ignored only if their value is None (so a CLI can pass all of them).
+`describe_drafters()` is the help text: every drafter with its options.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from ..engine import Engine
-from ..generate import Drafter
+from .base import NONE, Drafter, DrafterSpec, check_fits, describe, make_spec, parse_spec, split_specs
+from .dmtd import DmtdDrafter, DmtdSpecDrafter
 from .esp import EspDrafter
 from .hybrid import HybridDrafter
 from .lookup import LookupDrafter
 from .mtp import MtpDrafter
 
-# name -> factory(engine, **options)
-DRAFTERS: dict[str, Callable[..., Drafter]] = {
-    "esp": EspDrafter,
-    "lookup": LookupDrafter,
-    "hybrid": HybridDrafter,
-    "mtp": MtpDrafter,
-}
+if TYPE_CHECKING:
+    from ..engine import Engine
+
+DRAFTERS: dict[str, type[Drafter]] = {cls.name: cls for cls in (
+    EspDrafter, LookupDrafter, HybridDrafter, MtpDrafter, DmtdSpecDrafter, DmtdDrafter)}
+
+__all__ = ["DRAFTERS", "NONE", "Drafter", "DrafterSpec", "check_fits", "describe_drafters", "drafter_names",
+           "make_drafter", "parse_drafter", "split_specs"]
 
 
 def drafter_names() -> list[str]:
-    return ["none", *sorted(DRAFTERS)]
+    return [NONE, *sorted(DRAFTERS)]
 
 
-def make_drafter(name: str, engine: Engine, **options) -> Drafter | None:
-    if name == "none":
+def parse_drafter(spec: str | DrafterSpec) -> DrafterSpec:
+    """A checked DrafterSpec from its text ("hybrid:width=32:masks=2"); ValueError naming the problem."""
+    return spec if isinstance(spec, DrafterSpec) else parse_spec(spec, DRAFTERS)
+
+
+def describe_drafters() -> str:
+    return describe(DRAFTERS)
+
+
+def make_drafter(spec: str | DrafterSpec, engine: Engine, **options: Any) -> Drafter | None:
+    """The drafter a spec names, on this engine (None for plain decoding); keyword options add to the spec's."""
+    spec = parse_drafter(spec)
+    if options:
+        spec = make_spec(spec.name, {**spec.kwargs, **options}, DRAFTERS)
+    if spec.name == NONE:
         return None
-    if name not in DRAFTERS:
-        raise ValueError(f"unknown drafter {name!r}: choose one of {', '.join(drafter_names())}")
-    factory = DRAFTERS[name]
-    accepted = inspect.signature(factory).parameters
-    options = {key: value for key, value in options.items() if value is not None}
-    unknown = sorted(set(options) - set(accepted))
-    if unknown:
-        raise ValueError(f"drafter {name!r} takes no option {', '.join(unknown)}; its options: "
-                         f"{', '.join(p for p in accepted if p != 'engine')}")
-    return factory(engine, **options)
+    check_fits(spec, [entry.width for entry in engine.graphs.entries])
+    cls = DRAFTERS[spec.name]
+    return cls(engine, cls.Options(**spec.kwargs))

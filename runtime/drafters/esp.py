@@ -15,12 +15,12 @@ A candidate equal to its parent's token is replaced by the next best (pruning).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..engine import Engine
-from ..graphs import GraphOutput
-from ..mask_embeddings import MaskConfig, MaskEmbeddings
+from ..mask_embeddings import MASK_INITS, MAX_MASK_SLOTS, MaskConfig, MaskEmbeddings
 from ..tree import DraftTree
 from ..tree_build import (
     attach_mask_slots,
@@ -31,16 +31,17 @@ from ..tree_build import (
     softmax_rows,
     static_tree,
 )
+from .base import Drafter, option, width_for
+
+if TYPE_CHECKING:
+    from ..engine import Engine
+    from ..graphs import GraphOutput
 
 TREE_KINDS = ("static", "dynamic")
 
 
-def parse_tree_option(tree: str | Sequence[int] | None) -> tuple[str, tuple[int, ...] | None]:
-    """"dynamic", "static", "static:15,4" or a sequence of widths -> (kind, widths or None)."""
-    if tree is None:
-        return "static", None
-    if not isinstance(tree, str):
-        return "static", tuple(int(w) for w in tree)
+def parse_tree_option(tree: str) -> tuple[str, tuple[int, ...] | None]:
+    """"dynamic", "static" or "static:15,4" -> (kind, per-depth widths or None)."""
     kind, _, spec = tree.partition(":")
     if kind not in TREE_KINDS:
         raise ValueError(f"unknown tree {tree!r}: use dynamic, static or static:W1,W2,...")
@@ -76,17 +77,14 @@ class MaskProbe:
         self.masks.start(prompt_ids)
         self.forecast = None
 
-    def finish_tree(self, tokens: np.ndarray, parents: np.ndarray, owners: np.ndarray | None = None
-                    ) -> tuple[DraftTree, np.ndarray]:
-        """Mask slots under every node in `owners` (default: all token nodes), and their embeddings."""
-        count = tokens.shape[0] if owners is None else len(owners)
-        return attach_mask_slots(tokens, parents, self.k, owners), self.masks.for_owners(count)
+    def finish_tree(self, tokens: np.ndarray, parents: np.ndarray) -> tuple[DraftTree, np.ndarray]:
+        """Mask slots under every token node, and their embeddings."""
+        return attach_mask_slots(tokens, parents, self.k), self.masks.for_owners(tokens.shape[0])
 
-    def observe(self, tree: DraftTree, n_tokens: int, out: GraphOutput, path: list[int],
-                owners: np.ndarray | None = None) -> None:
+    def observe(self, tree: DraftTree, n_tokens: int, out: GraphOutput, path: list[int]) -> None:
         """Read the forecast from the deepest accepted node's masks (none if it had no mask slots); fold the
         committed tokens into the masks."""
-        slots = mask_slot_index(n_tokens, path[-1], self.k, owners)
+        slots = mask_slot_index(n_tokens, path[-1], self.k)
         self.forecast = None if slots is None else out.logits[slots]
         self.masks.observe_tokens(tree.tokens[np.asarray(path)])
 
@@ -101,37 +99,70 @@ def default_mask_init(engine: Engine) -> str:
     return "learned" if (engine.manifest.extras.get("mtp") or {}).get("masks_file") else "mean"
 
 
-class EspDrafter:
-    name = "esp"
+@dataclass(frozen=True)
+class MaskOptions:
+    """The mask-slot settings ESP and the hybrid share."""
 
-    def __init__(self, engine: Engine, masks: int = 1, mask_init: str | None = None, mask_update: float | None = None,
-                 tree: str | Sequence[int] | None = "static", width: int = 16, seed: int = 0) -> None:
-        mask_init = mask_init or default_mask_init(engine)
-        if mask_update is None:  # the online update pulls learned masks away from what they were trained to be
-            mask_update = 0.0 if mask_init == "learned" else 0.1
-        self.probe = MaskProbe(engine, MaskConfig(init=mask_init, slots=masks, update_rate=mask_update, seed=seed))
-        self.lora_on_slots = self.probe.lora_on_slots  # read by generate()
-        self.kind, widths = parse_tree_option(tree)
-        width = min(width, engine.graphs.max_width)
+    masks: int = option(1, f"mask slots k after each node (1-{MAX_MASK_SLOTS})")
+    mask_init: str | None = option(None, "mask embedding init (default: learned when the bundle has trained masks, "
+                                         "else mean)", MASK_INITS)
+    mask_update: float | None = option(None, "online update rate of the mask embeddings (default 0.1; 0 for learned)")
+    seed: int = option(0, "seed of the 'sample' init")
+
+    def __post_init__(self) -> None:
+        MaskConfig(init=self.mask_init or "mean", slots=self.masks,
+                   update_rate=0.0 if self.mask_update is None else self.mask_update)
+
+    def mask_config(self, engine: Engine) -> MaskConfig:
+        init = self.mask_init or default_mask_init(engine)
+        update = self.mask_update
+        if update is None:  # the online update pulls learned masks away from what they were trained to be
+            update = 0.0 if init == "learned" else 0.1
+        return MaskConfig(init=init, slots=self.masks, update_rate=update, seed=self.seed)
+
+
+@dataclass(frozen=True)
+class EspOptions(MaskOptions):
+    tree: str = option("static", "static, static:W1,W2,... (per-depth widths) or dynamic")
+    width: int = option(16, "slots per decode call (tree nodes + mask slots)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _, widths = parse_tree_option(self.tree)
+        if widths is not None and len(widths) > self.masks:
+            raise ValueError(f"static widths {list(widths)} have {len(widths)} depths but only {self.masks} mask "
+                             f"slot(s) forecast them: use masks={len(widths)} or fewer depths")
+
+
+class EspDrafter(Drafter):
+    """training-free mask-token probing (ESP): the mask slots of one call draft the next tree"""
+
+    name = "esp"
+    Options = EspOptions
+
+    def __init__(self, engine: Engine, options: EspOptions) -> None:
+        masks = options.masks
+        config = options.mask_config(engine)
+        self.probe = MaskProbe(engine, config)
+        self.lora_on_slots = self.probe.lora_on_slots
+        self.kind, widths = parse_tree_option(options.tree)
+        width = width_for(engine, options.width)
         self.nodes = width // (masks + 1)  # token nodes (root included) that fit with their mask slots
         if self.nodes < 1:
             raise ValueError(f"a width of {width} slots cannot hold a root and its {masks} mask slot(s)")
         self.widths = widths if widths is not None else default_static_widths(self.nodes, masks)
         if self.kind == "static":
             need = (masks + 1) * (1 + sum(self.widths))
-            if len(self.widths) > masks:
-                raise ValueError(f"static widths {list(self.widths)} have {len(self.widths)} depths but only "
-                                 f"{masks} mask slot(s) forecast them: use --masks {len(self.widths)} or fewer depths")
             if need > engine.graphs.max_width:
                 raise ValueError(f"static widths {list(self.widths)} with {masks} mask slot(s) need {need} slots, "
                                  f"the widest graph has {engine.graphs.max_width}: re-export with a wider "
                                  "--decode-widths or use smaller widths")
-        self.settings = {"drafter": self.name, "masks": masks, "mask_init": mask_init, "mask_update": mask_update,
-                         "tree": self.kind, "widths": list(self.widths) if self.kind == "static" else None,
-                         "width": width}
+        self.settings = {"drafter": self.name, "masks": masks, "mask_init": config.init,
+                         "mask_update": config.update_rate, "tree": self.kind,
+                         "widths": list(self.widths) if self.kind == "static" else None, "width": width}
         self._n_tokens = 1
 
-    def start(self, engine: Engine, prompt_ids: Sequence[int], prefill_logits: np.ndarray) -> None:
+    def start(self, engine: Engine, prompt_ids: Sequence[int]) -> None:
         self.probe.start(prompt_ids)
 
     def propose(self, context_ids: Sequence[int], root: int) -> tuple[DraftTree, np.ndarray]:

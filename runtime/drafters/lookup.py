@@ -8,15 +8,20 @@ r-th continuation is discounted by 1 / (r + 1)). A step without any match is a p
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..acceptance import DepthRates
-from ..engine import Engine
-from ..graphs import GraphOutput
 from ..ngram import ngram_continuations
 from ..tree import DraftTree
 from ..tree_build import chain_pool, select_tree
+from .base import Drafter, option, width_for
+
+if TYPE_CHECKING:
+    from ..engine import Engine
+    from ..graphs import GraphOutput
 
 
 def node_depths(parents: np.ndarray) -> np.ndarray:
@@ -34,12 +39,6 @@ class NgramSource:
             raise ValueError(f"lookup length and branches must be >= 1, got {length}, {branches}")
         self.max_ngram, self.min_ngram, self.length, self.branches = max_ngram, min_ngram, length, branches
         self.rates = DepthRates(length)
-
-    def continuations(self, context_ids: Sequence[int] | np.ndarray, length: int) -> list[np.ndarray]:
-        """The best continuation of `context_ids` (up to `length` tokens), as a list of at most one."""
-        if length < 1:
-            return []
-        return ngram_continuations(context_ids, self.max_ngram, self.min_ngram, length, 1)
 
     def pool(self, context_ids: Sequence[int], root: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         found = ngram_continuations(context_ids, self.max_ngram, self.min_ngram, self.length, self.branches)
@@ -60,17 +59,32 @@ class NgramSource:
         self.rates.record(depth[lookup], parent_on_path[lookup], (on_path & lookup)[lookup])
 
 
-class LookupDrafter:
+@dataclass(frozen=True)
+class LookupOptions:
+    width: int = option(8, "slots per decode call (root included)")
+    max_ngram: int = option(3, "longest n-gram matched")
+    min_ngram: int = option(1, "shortest n-gram matched")
+    branches: int = option(1, "distinct continuations in one tree")
+
+    def __post_init__(self) -> None:
+        if self.width < 1 or self.branches < 1 or not 1 <= self.min_ngram <= self.max_ngram:
+            raise ValueError(f"lookup needs width >= 1, branches >= 1 and 1 <= min_ngram <= max_ngram, got "
+                             f"{self.width}, {self.branches}, {self.min_ngram}, {self.max_ngram}")
+
+
+class LookupDrafter(Drafter):
+    """prompt lookup: n-gram continuations copied from the context (no model work)"""
+
     name = "lookup"
+    Options = LookupOptions
 
-    def __init__(self, engine: Engine, width: int = 8, max_ngram: int = 3, min_ngram: int = 1,
-                 branches: int = 1) -> None:
-        self.budget = min(width, engine.graphs.max_width)
-        self.source = NgramSource(max_ngram, min_ngram, max(1, self.budget - 1), branches)
-        self.settings = {"drafter": self.name, "width": self.budget, "max_ngram": max_ngram, "min_ngram": min_ngram,
-                         "branches": branches}
+    def __init__(self, engine: Engine, options: LookupOptions) -> None:
+        self.budget = width_for(engine, options.width)
+        self.source = NgramSource(options.max_ngram, options.min_ngram, max(1, self.budget - 1), options.branches)
+        self.settings = {"drafter": self.name, "width": self.budget, "max_ngram": options.max_ngram,
+                         "min_ngram": options.min_ngram, "branches": options.branches}
 
-    def start(self, engine: Engine, prompt_ids: Sequence[int], prefill_logits: np.ndarray) -> None:
+    def start(self, engine: Engine, prompt_ids: Sequence[int]) -> None:
         self.source.rates.reset()
 
     def propose(self, context_ids: Sequence[int], root: int) -> tuple[DraftTree, None]:

@@ -27,16 +27,17 @@ when the adapter has no sampler head or `sampler=False`.
 Tree is the default: on 13 exploration questions x 128 tokens (not the benchmark's 52; SmolLM2, k = 3,
 width 16) it reached τ 1.63 against quadratic's 1.53 with the same adapter at the same call width
 (benchmarks/results/mtp/sweep-13q.txt); branch 12 or a flatter scoring (p^(1/2)) changed τ by < 0.015.
+mask_gain 2.0 is from the same sweep (width 16): τ 1.527 / 1.578 / 1.586 at mask_gain 0.5 / 1.0 / 2.0.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..engine import Engine
-from ..graphs import GraphOutput
 from ..mtp_head import SamplerHead, learned_masks, mtp_extras
 from ..tree import SLOT, DraftTree
 from ..tree_build import (
@@ -48,7 +49,12 @@ from ..tree_build import (
     softmax_rows,
     top_tokens,
 )
+from .base import Drafter, option, width_for
 from .lookup import NgramSource
+
+if TYPE_CHECKING:
+    from ..engine import Engine
+    from ..graphs import GraphOutput
 
 LAYOUTS = ("linear", "quadratic", "tree")
 
@@ -60,34 +66,53 @@ def linear_tree(tokens: np.ndarray, k: int) -> DraftTree:
     return DraftTree(np.concatenate([tokens, np.full(k, SLOT)]), parents)
 
 
-class MtpDrafter:
-    name = "mtp"
+@dataclass(frozen=True)
+class MtpOptions:
+    mtp_layout: str = option("tree", "masks after the last draft only (linear), after every draft of a chain "
+                                     "(quadratic), or a tree of drafts with masks where the path likely ends", LAYOUTS)
+    masks: int | None = option(None, "mask slots k (default: as many as the adapter was trained with)")
+    sampler: bool = option(True, "draft through the adapter's sampler head (false: the masks' plain argmax)")
+    candidates: int = option(64, "sampler head: score only this many top rows of a mask's logits (0 = all)")
+    width: int = option(16, "tree layout: slots per decode call")
+    branch: int = option(4, "tree layout: best tokens tried after each node")
+    mask_gain: float = option(2.0, "tree layout: tokens a mask forecast is worth when placing masks")
+    lookup: bool = option(False, "tree layout: prompt-lookup chains in the same tree (as the hybrid)")
 
-    def __init__(self, engine: Engine, mtp_layout: str = "tree", masks: int | None = None,
-                 sampler: bool = True, candidates: int = 64, width: int = 16, branch: int = 4,
-                 mask_gain: float = 2.0, lookup: bool = False) -> None:
+    def __post_init__(self) -> None:
+        if self.mtp_layout not in LAYOUTS:
+            raise ValueError(f"unknown MTP layout {self.mtp_layout!r}: choose linear, quadratic or tree")
+        if self.mtp_layout == "tree" and (self.branch < 1 or self.mask_gain < 0):
+            raise ValueError(f"the tree layout needs branch >= 1 and mask_gain >= 0, got {self.branch} and "
+                             f"{self.mask_gain}")
+        if self.lookup and self.mtp_layout != "tree":
+            raise ValueError("lookup candidates need the tree layout: pass mtp_layout=tree")
+
+
+class MtpDrafter(Drafter):
+    """drafts from a trained multi-token adapter (learned masks, gated LoRA, sampler head)"""
+
+    name = "mtp"
+    Options = MtpOptions
+
+    def __init__(self, engine: Engine, options: MtpOptions) -> None:
         extras = mtp_extras(engine)
-        if mtp_layout not in LAYOUTS:
-            raise ValueError(f"unknown MTP layout {mtp_layout!r}: choose linear, quadratic or tree")
+        mtp_layout, masks, sampler, candidates = options.mtp_layout, options.masks, options.sampler, options.candidates
+        branch, mask_gain, lookup = options.branch, options.mask_gain, options.lookup
         trained_k = int(extras["k"])
         self.k = trained_k if masks is None else masks
         if not 1 <= self.k <= trained_k:
-            raise ValueError(f"the adapter was trained with k = {trained_k} masks: use --masks 1..{trained_k}")
+            raise ValueError(f"the adapter was trained with k = {trained_k} masks: use masks=1..{trained_k}")
         self.layout = mtp_layout
         self.masks = learned_masks(engine)[: self.k]
-        self.lora_on_slots = bool(extras.get("rank"))  # read by generate(): gate 1 at the mask slots
+        self.lora_on_slots = bool(extras.get("rank"))  # gate 1 at the mask slots
         self.head = SamplerHead(engine, candidates) if sampler and extras.get("sampler") else None
-        if mtp_layout == "tree" and (branch < 1 or mask_gain < 0):
-            raise ValueError(f"the tree layout needs branch >= 1 and mask_gain >= 0, got {branch} and {mask_gain}")
-        if lookup and mtp_layout != "tree":
-            raise ValueError("lookup candidates need the tree layout: pass mtp_layout='tree'")
-        self.width, self.branch, self.mask_gain = min(width, engine.graphs.max_width), branch, mask_gain
+        self.width, self.branch, self.mask_gain = width_for(engine, options.width), branch, mask_gain
         need = {"quadratic": (self.k + 1) ** 2, "linear": 2 * self.k + 1, "tree": self.k + 2}[mtp_layout]
         if mtp_layout == "tree" and self.width < need:
             raise ValueError(f"a width of {self.width} cannot hold a root, one draft and {self.k} masks: use >= {need}")
         if need > engine.graphs.max_width:
             raise ValueError(f"the {mtp_layout} layout with k = {self.k} needs {need} slots, the widest graph has "
-                             f"{engine.graphs.max_width}: re-export with a wider --decode-widths or use fewer --masks")
+                             f"{engine.graphs.max_width}: re-export with a wider --decode-widths or use fewer masks")
         self.settings = {"drafter": self.name, "mtp_layout": mtp_layout, "masks": self.k,
                          "sampler": self.head is not None, "candidates": candidates, "lora_rank": extras.get("rank")}
         if mtp_layout == "tree":
@@ -98,7 +123,7 @@ class MtpDrafter:
         self._n_tokens = 1
         self._owners: np.ndarray | None = None  # tree layout: the token nodes that carry masks
 
-    def start(self, engine: Engine, prompt_ids: Sequence[int], prefill_logits: np.ndarray) -> None:
+    def start(self, engine: Engine, prompt_ids: Sequence[int]) -> None:
         self._pending = None
         if self.lookup is not None:
             self.lookup.rates.reset()

@@ -27,7 +27,12 @@ public final class BlockInputs {
     }
 
     public static BlockInputs build(int[] parents, int nPast, int width, int context, float maskValue) {
-        int n = parents.length;
+        return build(TreeLayout.of(parents), nPast, width, context, maskValue);
+    }
+
+    /** The inputs of a block laid out as {@code layout} (a bundle template's, or one computed from parents). */
+    public static BlockInputs build(TreeLayout layout, int nPast, int width, int context, float maskValue) {
+        int n = layout.depth.length;
         if (n > width) {
             throw new IllegalArgumentException("a block of " + n + " slots does not fit a graph of width " + width);
         }
@@ -36,7 +41,6 @@ public final class BlockInputs {
         }
         // A block may reach past the context's end (a tree near the limit): its K/V are never stored there, since
         // the loop commits only as many accepted slots as there are free positions (as the Python engine does).
-        TreeLayout layout = TreeLayout.of(parents);
         long[] positions = new long[width];
         for (int i = 0; i < width; i++) {
             positions[i] = nPast + (i < n ? layout.depth[i] : 0);

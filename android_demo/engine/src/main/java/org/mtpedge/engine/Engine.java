@@ -18,6 +18,8 @@ public final class Engine implements AutoCloseable {
     public final int context;
     public final Embeddings embeddings;
     public final KvCache cache;
+    /** The bundle's tree templates, checked here once: a static tree's layout is read from its template. */
+    public final TreeTemplates templates;
     private final GraphRunner runner;
     private final Rope rope;
     private int graphCalls;
@@ -36,6 +38,7 @@ public final class Engine implements AutoCloseable {
         this.runner = runner;
         this.rope = new Rope(cfg.rope, cfg.headDim);
         this.cache = new KvCache(cfg.numLayers, cfg.numKvHeads, context, cfg.headDim);
+        this.templates = TreeTemplates.fromExtras(manifest.extras);
     }
 
     public int graphCalls() {
@@ -66,7 +69,8 @@ public final class Engine implements AutoCloseable {
                     + embeds.length);
         }
         GraphEntry entry = manifest.entryFor(n);
-        BlockInputs inputs = BlockInputs.build(parents, cache.nPast(), entry.width, context, manifest.maskValue);
+        BlockInputs inputs = BlockInputs.build(templates.layoutFor(parents), cache.nPast(), entry.width, context,
+                manifest.maskValue);
         float[] padded = Arrays.copyOf(embeds, entry.width * hidden);
         float[][] tables = rope.tables(inputs.positions);
         GraphOutput out = runner.run(entry, padded, inputs, tables[0], tables[1], cache);

@@ -23,7 +23,7 @@ public final class TreeLayout {
     /** Node indices of every root-to-leaf path, leaves in index order. */
     public final List<int[]> paths;
 
-    private TreeLayout(boolean[][] visible, int[] depth, List<int[]> paths) {
+    TreeLayout(boolean[][] visible, int[] depth, List<int[]> paths) {
         this.visible = visible;
         this.depth = depth;
         this.paths = paths;
