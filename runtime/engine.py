@@ -19,6 +19,7 @@ from threadpoolctl import threadpool_limits
 from .attention_bias import CachedAttentionBias
 from .bundle import BundleError, Manifest, read_manifest
 from .contract import LORA_GATE
+from .cost_table import CostTable
 from .graphs import GraphOutput, GraphSet
 from .kv_cache import ContextOverflowError, KVCache
 from .rope import inverse_frequencies, rope_tables
@@ -55,6 +56,9 @@ class Engine:
         self.cache = KVCache(cfg.num_layers, cfg.num_kv_heads, self.context, cfg.head_dim, manifest.context_buckets)
         self.graph_calls = 0
         self.graph_seconds = 0.0
+        # what a call of each decode width costs here (runtime/cost_measure.py); drafters that size their trees
+        # read it (None: they fill their width)
+        self.cost_table: CostTable | None = None
         # Host work per call kept small: RoPE rows for every position computed once; block layouts read from the
         # bundle's tree templates (checked here, once) or computed once per other tree shape; one bias buffer
         # per width, updated in place (see attention_bias).

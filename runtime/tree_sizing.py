@@ -20,6 +20,8 @@ or running per-depth acceptance rates (`acceptance.DepthRates.chain_scores`) for
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,7 +87,8 @@ def size_tree(scores: np.ndarray, costs: CostTable, slots_per_candidate: int = 1
 class StepSizer:
     """A drafter's per-step sizing: the cost table, plus what the steps so far taught.
 
-    - host seconds per step, a running mean of (step time - graph time), go into every choice;
+    - host seconds per step, a running mean of (step time - graph time), go into every choice; a step is timed
+      from one `size` call to the next, so everything the loop does between two graph calls counts;
     - candidate scores are scaled by a calibration, (accepted drafts + prior) / (predicted drafts + prior),
       since a drafter's scores (a mask's softmax, Laplace-smoothed lookup rates) can be over- or underconfident;
     - predicted vs achieved tokens per second are kept for the run's stats.
@@ -93,20 +96,28 @@ class StepSizer:
     Call `size` once per step before the graph call and `observe` after it.
     """
 
-    def __init__(self, costs: CostTable, prior: float = 2.0, host_decay: float = 0.9) -> None:
+    def __init__(self, costs: CostTable, prior: float = 2.0, host_decay: float = 0.9,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self.costs = costs
         self.host = HostCost()
         self.host_decay = host_decay
+        self.clock = clock
         self.predicted_drafts, self.accepted_drafts = prior, prior
         self.predicted_tokens = self.predicted_seconds = 0.0
         self.achieved_tokens, self.achieved_seconds, self.steps = 0, 0.0, 0
         self._pending_drafts = 0.0
+        self._started: float | None = None  # when the current step's `size` ran
+        self._observed: tuple[int, float] | None = None  # (accepted, graph seconds) of that step
 
     @property
     def calibration(self) -> float:
         return self.accepted_drafts / self.predicted_drafts
 
     def size(self, scores: np.ndarray, slots_per_candidate: int = 1, fixed_slots: int = 1) -> TreeSize:
+        now = self.clock()
+        if self._started is not None and self._observed is not None:
+            self._record_step(*self._observed, now - self._started)
+        self._started, self._observed = now, None
         scores = np.asarray(scores, dtype=np.float64).reshape(-1)
         scaled = np.clip(scores * self.calibration, 0.0, 1.0)
         size = size_tree(scaled, self.costs, slots_per_candidate, fixed_slots, self.host)
@@ -115,10 +126,13 @@ class StepSizer:
         self.predicted_seconds += size.seconds
         return size
 
-    def observe(self, accepted: int, graph_seconds: float, step_seconds: float) -> None:
-        """accepted: drafts accepted this step; step_seconds: the whole step, host work included."""
+    def observe(self, accepted: int, graph_seconds: float) -> None:
+        """accepted: drafts accepted this step; graph_seconds: its graph call."""
         self.predicted_drafts += self._pending_drafts
         self.accepted_drafts += accepted
+        self._observed = (accepted, graph_seconds)
+
+    def _record_step(self, accepted: int, graph_seconds: float, step_seconds: float) -> None:
         host = max(0.0, step_seconds - graph_seconds)
         fixed = host if self.steps == 0 else self.host_decay * self.host.fixed + (1 - self.host_decay) * host
         self.host = HostCost(fixed, self.host.per_slot)
@@ -127,9 +141,9 @@ class StepSizer:
         self.steps += 1
 
     def stats(self) -> dict:
-        """Predicted vs achieved tokens per second over the observed steps (for the run's JSON stats)."""
+        """Predicted vs achieved tokens per second over the timed steps (for the run's JSON stats)."""
         rate = lambda tokens, seconds: round(tokens / seconds, 3) if seconds > 0 else None  # noqa: E731
-        return {"predicted_tokens_per_s": rate(self.predicted_tokens, self.predicted_seconds),
+        return {"cost_model": self.costs.origin, "predicted_tokens_per_s": rate(self.predicted_tokens,
+                                                                                self.predicted_seconds),
                 "achieved_tokens_per_s": rate(self.achieved_tokens, self.achieved_seconds),
-                "score_calibration": round(self.calibration, 4), "host_s_per_step": round(self.host.fixed, 6),
-                "cost_table": self.costs.origin}
+                "score_calibration": round(self.calibration, 4), "host_s_per_step": round(self.host.fixed, 6)}

@@ -87,17 +87,20 @@ def test_bad_input_is_named(scores, kwargs, match):
 def test_step_sizer_learns_calibration_and_host_cost_and_reports_both_rates():
     from mtpedge.runtime.tree_sizing import StepSizer
 
-    sizer = StepSizer(CPU)
+    now = [0.0]
+    sizer = StepSizer(CPU, clock=lambda: now[0])
     scores = np.array([0.9, 0.9, 0.9])
     assert sizer.size(scores).candidates == 3  # believed: three likely drafts pay for the width-4 call
-    for _ in range(20):  # but nothing is ever accepted, and the host takes 5 ms a step
+    for _ in range(20):  # but nothing is ever accepted, and the host takes 5 ms a step beside the call
+        graph = CPU.cost(4)
+        now[0] += graph + 0.005
+        sizer.observe(0, graph)
         size = sizer.size(scores)
-        sizer.observe(0, CPU.cost(size.slots), CPU.cost(size.slots) + 0.005)
     assert sizer.calibration < 0.2 and sizer.host.fixed == pytest.approx(0.005)
-    assert sizer.size(scores).candidates == 0  # the overconfident drafter is sized down to plain calls
+    assert size.candidates == 0  # the overconfident drafter is sized down to plain calls
     stats = sizer.stats()
-    assert stats["achieved_tokens_per_s"] == pytest.approx(1 / 0.015, rel=0.2)
-    assert stats["predicted_tokens_per_s"] > stats["achieved_tokens_per_s"] and stats["cost_table"] == "test"
+    assert stats["achieved_tokens_per_s"] == pytest.approx(1 / (CPU.cost(4) + 0.005), abs=1e-3)
+    assert stats["predicted_tokens_per_s"] > stats["achieved_tokens_per_s"] and stats["cost_model"] == "test"
 
 
 def test_step_sizer_on_a_flat_table_keeps_the_widest_tree():
@@ -106,5 +109,5 @@ def test_step_sizer_on_a_flat_table_keeps_the_widest_tree():
     sizer = StepSizer(FLAT)
     for _ in range(10):
         size = sizer.size(np.full(80, 0.3))
-        sizer.observe(2, 0.01, 0.011)
+        sizer.observe(2, 0.01)
         assert size.width == 64
