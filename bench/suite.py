@@ -49,6 +49,8 @@ class BenchSettings:
     work_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "mtpedge" / "bench")
     quick: bool = False
     time_limit_s: float | None = None  # start no new question after this; the report says how many ran
+    cost_model: str = "measured"  # what drafters that size their trees read (runtime/cost_measure.py)
+    cost_cache: Path | None = None  # where a measured cost table is cached (None: measured in memory)
 
 
 def resolve_methods(requested: Sequence[str], drafters: Sequence[str]) -> list[str]:
@@ -106,6 +108,9 @@ def run_bench(settings: BenchSettings, say: Callable[[str], None] = log.info,
     questions, selection = _select(settings)
     names = resolve_methods(settings.methods, drafter_names())
     engine = Engine.load(settings.bundle, threads=settings.threads)
+    from mtpedge.runtime.cost_measure import cost_table_from_option
+
+    engine.cost_table = cost_table_from_option(engine, settings.cost_model, settings.cost_cache, say=say)
     manifest = engine.manifest
     peer_config = PeerConfig(model=settings.model or Path("."), threads=settings.threads, context=engine.context,
                              eos_token_ids=tuple(engine.stop_token_ids), lookup_tokens=settings.lookup_tokens,
@@ -181,6 +186,7 @@ def run_bench(settings: BenchSettings, say: Callable[[str], None] = log.info,
             "turns": "all", "peer_model": str(settings.model) if settings.model else None,
             "peer_model_check": model_note, "lookup_tokens": settings.lookup_tokens, "quick": settings.quick,
             "speedup_definition": "mean per-turn decode tokens/s of the method / that of `none`, same turns",
+            "cost_table": engine.cost_table.to_json(),
         },
         "machine": machine,
         "timing_note": TIMING_NOTE,

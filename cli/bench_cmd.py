@@ -14,6 +14,7 @@ from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
+from mtpedge.bundles import COST_MODEL_HELP, cache_root
 from mtpedge.generate_cmd import add_precision_argument
 
 
@@ -69,6 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="threads for every method (default: all cores); a list (1,2) runs the bench once per "
                              "count and writes each run in its own folder beside a side-by-side summary")
     parser.add_argument("--lookup-tokens", type=int, default=10, help="draft length of the peers' prompt lookup")
+    parser.add_argument("--cost-model", default="measured", metavar="measured|remeasure|flat|FILE",
+                        help=COST_MODEL_HELP)
     parser.add_argument("--optimum-python", type=Path, default=os.environ.get("MTPEDGE_OPTIMUM_PYTHON"),
                         help="python of a venv with optimum-onnx (default $MTPEDGE_OPTIMUM_PYTHON or "
                              "./.venv-optimum/bin/python)")
@@ -136,7 +139,9 @@ def run(args: argparse.Namespace) -> int:
         threads=args.threads[0], model=args.model or _default_model(bundle),
         sweep_bundles=tuple(Path(b) for b in args.sweep_bundles or ()), sweep=not args.no_sweep,
         sweep_repeats=args.sweep_repeats or (2 if args.quick else 10), optimum_python=optimum_python,
-        lookup_tokens=args.lookup_tokens, quick=args.quick, time_limit_s=args.time_limit)
+        lookup_tokens=args.lookup_tokens, quick=args.quick, time_limit_s=args.time_limit,
+        cost_model="measured" if args.cost_model == "remeasure" else args.cost_model,
+        cost_cache=None if args.cost_model == "remeasure" else cache_root() / "costs")
     out = args.out or Path("bench-results") / datetime.now().strftime("%Y%m%d-%H%M%S")
     say = lambda msg: print(msg, file=sys.stderr)  # noqa: E731 - stdout's last line is the JSON summary
     docs, folders = [], []

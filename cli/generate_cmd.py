@@ -13,7 +13,7 @@ import json
 import math
 import sys
 
-from mtpedge.bundles import PRECISIONS, ensure_bundle
+from mtpedge.bundles import COST_MODEL_HELP, PRECISIONS, attach_cost_table, ensure_bundle
 from mtpedge.runtime.sampling import SamplingConfig
 
 DEFAULT_CONTEXT = 1024  # of an automatic export
@@ -57,6 +57,8 @@ def add_common_arguments(parser: argparse.ArgumentParser, max_new_tokens: int | 
                         "the most likely one (default 0.05 when sampling; 0 = no limit)")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
+    parser.add_argument("--cost-model", default="measured", metavar="measured|remeasure|flat|FILE",
+                        help=COST_MODEL_HELP)
     parser.add_argument("--drafter", type=drafter_spec, default="none", metavar="SPEC",
                         help=f"multi-token drafter and its options, NAME[:KEY=VALUE]... (NAME: "
                              f"{', '.join(drafter_names())}; none = plain decoding, the default); e.g. "
@@ -97,9 +99,10 @@ def check_options(args: argparse.Namespace) -> SamplingConfig:
     return sampling
 
 
-def load_engine(args: argparse.Namespace, say=print):
+def load_engine(args: argparse.Namespace, say=print, cost_table: bool = False):
     """The engine of --bundle (or of the automatic export), after the drafter spec is checked against the bundle's
-    graph widths; prints the lossy warning for a lossy drafter."""
+    graph widths; prints the lossy warning for a lossy drafter. The engine gets its --cost-model table when the
+    drafter sizes its trees, or always with `cost_table` (chat: the drafter may change)."""
     from mtpedge.runtime.bundle import read_manifest
     from mtpedge.runtime.drafters import DRAFTERS, check_fits
     from mtpedge.runtime.engine import Engine
@@ -110,7 +113,10 @@ def load_engine(args: argparse.Namespace, say=print):
     check_fits(args.drafter, [g.width for g in read_manifest(folder).graphs])
     if args.drafter.name in DRAFTERS and DRAFTERS[args.drafter.name].lossy:
         print(f"warning: {LOSSY_WARNING.format(name=args.drafter.name)}", file=sys.stderr)
-    return Engine.load(folder, threads=args.threads)
+    engine = Engine.load(folder, threads=args.threads)
+    if cost_table or (args.drafter.name in DRAFTERS and DRAFTERS[args.drafter.name].sized):
+        attach_cost_table(engine, args.cost_model, say)
+    return engine
 
 
 def format_stats(stats: dict) -> str:

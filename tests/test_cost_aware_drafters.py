@@ -62,3 +62,30 @@ def test_a_flat_table_keeps_the_full_trees_and_a_steep_one_shrinks_them(engine):
         shrunk = run(engine, "lookup", very_steep, prompt).stats
         assert shrunk.tokens_per_call == 1.0 and unsized.tokens_per_call > 1.0  # every step a plain call
     assert generate(engine, prompts(engine)[0], 8, stop_token_ids=set()).stats.sizing is None
+
+
+def test_generate_cost_model_option_reaches_the_stats_and_a_bad_file_falls_back(tiny_bundle, tmp_path, monkeypatch,
+                                                                                 capsys):
+    import json
+
+    from mtpedge.main import main
+
+    monkeypatch.setenv("MTPEDGE_CACHE", str(tmp_path / "cache"))
+    bundle = str(tiny_bundle("llama"))
+    base = ["generate", "The quick brown fox. The quick brown fox.", "--bundle", bundle, "--max-new-tokens", "12",
+            "--json", "--drafter", "lookup"]
+    assert main([*base, "--cost-model", "flat"]) == 0
+    stats = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert stats["sizing"]["cost_model"] == "flat" and stats["lossless"]
+    assert main([*base]) == 0  # measured, then cached under MTPEDGE_CACHE
+    stats = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert stats["sizing"]["cost_model"] == "measured" and list((tmp_path / "cache" / "costs").glob("*.json"))
+    (tmp_path / "other.json").write_text(json.dumps({"format": "mtpedge-cost-table", "version": 1,
+                                                     "bundle": {"model_name": "x", "source_sha256": "0" * 64,
+                                                                "context": 8}, "seconds": {"1": 0.1}}))
+    assert main([*base, "--cost-model", str(tmp_path / "other.json")]) == 0
+    captured = capsys.readouterr()
+    assert "made for x" in captured.err and "measured on this machine instead" in captured.err
+    assert json.loads(captured.out.strip().splitlines()[-1])["sizing"]["cost_model"] == "measured"
+    assert main(["generate", "hi", "--bundle", bundle, "--max-new-tokens", "4", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["sizing"] is None  # plain: nothing sized

@@ -51,8 +51,9 @@ class Drafter(Protocol):
     lossy: ClassVar[bool] = False
     settings: dict  # the resolved settings, recorded in the stats
     lora_on_slots: bool = False  # gate 1 at SLOT nodes (an adapter's learned masks), 0 at token nodes
-    # a drafter that sizes its trees from the engine's cost table (tree_sizing.StepSizer); its predicted vs
-    # achieved tokens per second go into the run's stats
+    # a drafter that sizes its trees from the engine's cost table (tree_sizing.StepSizer) says so (`sized`), so
+    # that a caller measures the table only when it is read; its predicted vs achieved tokens/s go into the stats
+    sized: ClassVar[bool] = False
     sizer: StepSizer | None = None
 
     def start(self, engine: Engine, prompt_ids: Sequence[int]) -> None:

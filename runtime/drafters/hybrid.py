@@ -58,6 +58,7 @@ class HybridDrafter(Drafter):
 
     name = "hybrid"
     Options = HybridOptions
+    sized = True
 
     def __init__(self, engine: Engine, options: HybridOptions) -> None:
         config = options.mask_config(engine)

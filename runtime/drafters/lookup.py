@@ -77,6 +77,7 @@ class LookupDrafter(Drafter):
 
     name = "lookup"
     Options = LookupOptions
+    sized = True
 
     def __init__(self, engine: Engine, options: LookupOptions) -> None:
         self.budget = width_for(engine, options.width)
