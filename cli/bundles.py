@@ -19,6 +19,9 @@ PRECISIONS = ("auto", "float32")
 # the fast bundle's smaller context buckets (those below its context): a conversation that fits 256 or 512
 # positions runs graphs that read only that much cache (plain decoding 1.15-1.2x, benchmarks/results/fast)
 FAST_BUCKETS = (256, 512)
+# the fast bundle's decode widths: on its int8-activation kernels a width-16 call costs ~3.8x a width-1 call and a
+# width-4 call ~1.9x (benchmarks/results/fast), so cost-aware trees need a narrow graph between the two
+FAST_DECODE_WIDTHS = (1, 4, 16)
 
 
 def fast_buckets(context: int, widest: int = 64) -> tuple[int, ...]:
@@ -89,7 +92,9 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
         quantization = FAST
     export_bundle(model, folder, ExportConfig(context=context, mtp_adapter="default" if mtp else None,
                                               quantization=quantization,
-                                              context_buckets=fast_buckets(context) if fast else ()), progress=say)
+                                              context_buckets=fast_buckets(context) if fast else (),
+                                              **({"decode_widths": FAST_DECODE_WIDTHS} if fast else {})),
+                  progress=say)
     return folder
 
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 from dataclasses import replace
 
-from mtpedge.bundles import default_bundle_dir, fast_buckets
+from mtpedge.bundles import FAST_DECODE_WIDTHS, default_bundle_dir, fast_buckets
 
 
 def parse_widths(text: str) -> tuple[int, ...]:
@@ -32,8 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "runtime runs the smallest that holds the cache; none; or auto (default: 256,512 below "
                              "--context for the fast bundle, --precision auto of a GGUF; else none)")
     parser.add_argument("--prefill-width", type=int, default=64, help="slots of the prefill graph (default 64)")
-    parser.add_argument("--decode-widths", type=parse_widths, default=(1, 16),
-                        help="comma-separated slots of the decode graphs (default 1,16)")
+    parser.add_argument("--decode-widths", type=parse_widths, default=None,
+                        help="comma-separated slots of the decode graphs (default 1,4,16 for the fast bundle, "
+                             "--precision auto of a GGUF; else 1,16)")
     parser.add_argument("--mtp-adapter", metavar="FILE|default",
                         help="a `mtpedge train-mtp` checkpoint, or `default` (the one shipped for the embedded default "
                         "model): export its learned masks, gated LoRA graphs (lora_gate input) and sampler head with "
@@ -122,13 +123,15 @@ def export_plan(args: argparse.Namespace):
     if args.mtp_adapter:  # adapter graphs make every call a little slower: never the plain default bundle
         label = "mtp"
     out = args.out or default_bundle_dir(args.model, args.context, label)
+    # auto: what generate/chat/serve/bench export for themselves
+    fast = args.precision == "auto" and is_gguf and not soc and not args.mtp_adapter
+    decode_widths = args.decode_widths or (FAST_DECODE_WIDTHS if fast else (1, 16))
     buckets = args.context_buckets
-    if buckets in ("auto", "none"):  # auto: what generate/chat/serve/bench export for themselves
-        fast = args.precision == "auto" and is_gguf and not soc and not args.mtp_adapter
-        widest = max(args.prefill_width, *args.decode_widths)
+    if buckets in ("auto", "none"):
+        widest = max(args.prefill_width, *decode_widths)
         buckets = fast_buckets(args.context, widest) if buckets == "auto" and fast else ()
     config = ExportConfig(context=args.context, context_buckets=buckets, prefill_width=args.prefill_width,
-                          decode_widths=args.decode_widths, check_parity=not args.no_parity_check,
+                          decode_widths=decode_widths, check_parity=not args.no_parity_check,
                           quantization=quantization, target_soc=soc, mtp_adapter=args.mtp_adapter,
                           learned_masks=args.masks)
     return out, config

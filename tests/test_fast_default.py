@@ -15,9 +15,13 @@ def test_the_fast_label_is_the_fast_config_s(tmp_path):
     assert FAST.weights == "gguf"
 
 
+configs = []
+
+
 def _fake_export(exported):
     def export(model, folder, config, progress):
         exported.append((model, folder.name, config.quantization, config.mtp_adapter))
+        configs.append(config)
         folder.mkdir(parents=True)
         (folder / "manifest.json").write_text(json.dumps({"extras": {"mtp": {"masks_file": "m.npy"}}}))
     return export
@@ -33,6 +37,7 @@ def test_without_a_bundle_a_gguf_model_gets_the_fast_bundle_and_float32_is_one_f
     fast = bundles.ensure_bundle(None, None, 1024, say=lambda _: None)
     assert fast.name == f"SmolLM2-135M-Instruct-cl1024-{bundles.FAST_LABEL}"
     assert exported == [(None, fast.name, FAST, None)]
+    assert configs[-1].decode_widths == bundles.FAST_DECODE_WIDTHS and configs[-1].context_buckets == (256, 512)
     assert bundles.ensure_bundle(None, None, 1024, say=lambda _: None) == fast and len(exported) == 1  # cached
     float32 = bundles.ensure_bundle(None, None, 1024, say=lambda _: None, precision="float32")
     assert float32.name == "SmolLM2-135M-Instruct-cl1024" and exported[-1][2] is None
@@ -98,10 +103,11 @@ def test_export_auto_gets_the_fast_buckets_and_an_adapter_stays_float32(tmp_path
     gguf = str(tmp_path / "m.gguf")
     assert main(["export", gguf, "--out", str(tmp_path / "a")]) == 0
     assert seen[-1][1].context_buckets == (256, 512) and seen[-1][1].quantization == FAST
+    assert seen[-1][1].decode_widths == bundles.FAST_DECODE_WIDTHS
     assert main(["export", gguf, "--out", str(tmp_path / "b"), "--context", "512"]) == 0
     assert seen[-1][1].context_buckets == (256,)
     assert main(["export", gguf, "--out", str(tmp_path / "c"), "--precision", "gguf"]) == 0
-    assert seen[-1][1].context_buckets == ()
+    assert seen[-1][1].context_buckets == () and seen[-1][1].decode_widths == (1, 16)
     assert main(["export", gguf, "--out", str(tmp_path / "d"), "--context-buckets", "128"]) == 0
     assert seen[-1][1].context_buckets == (128,)
     assert main(["export", gguf, "--mtp-adapter", "a.pt"]) == 0
