@@ -120,8 +120,8 @@ def load_engine(args: argparse.Namespace, say=print, cost_table: bool = False):
 
 
 def format_stats(stats: dict) -> str:
-    return (f"{stats['new_tokens']} tokens, {stats['forward_calls']} graph calls "
-            f"({stats['tokens_per_call']:.2f} tokens/call), {stats['tokens_per_s']:.1f} tokens/s, "
+    return (f"drafter {stats['drafter']}: {stats['new_tokens']} tokens, {stats['forward_calls']} graph calls "
+            f"(τ {stats['tokens_per_call']:.2f} tokens/call), {stats['tokens_per_s']:.1f} tokens/s, "
             f"prefill {stats['prompt_tokens']} tokens in {stats['prefill_s']:.2f} s, "
             f"graph {stats['graph_s']:.2f} s + host {stats['host_s']:.2f} s, finish {stats['finish_reason']}")
 
