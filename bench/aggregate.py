@@ -3,6 +3,7 @@
     τ             1 + Σ accepted drafts / Σ decode calls (tokens committed per graph call; plain decoding 1)
     tokens/s      mean over rows of each row's decode rate (Spec-Bench's per-question mean)
     speed-up      mean tokens/s of the method / mean tokens/s of the baseline, over the rows both ran
+    vs llama.cpp  the same ratio against the reference peer (llama.cpp on the same GGUF), when it ran
     acceptance    per depth d: the share of decode calls that accepted at least d drafts
     graph / host  ms per decode call in graph calls / outside them (mtpedge methods; the prefill's graph time is
                   taken as its whole first-token time, so its little host work counts as graph)
@@ -19,6 +20,7 @@ from mtpedge.runtime.generate import accepted_drafts, calls_reaching_depth
 from .runner import BASELINE, Row
 
 OVERALL = "overall"
+REFERENCE_PEER = "llama.cpp"
 
 
 def accepted_histogram(rows: Sequence[Row]) -> dict[int, int] | None:
@@ -42,17 +44,23 @@ def tau(histogram: dict[int, int] | None) -> float | None:
     return 1.0 + accepted_drafts(histogram) / calls if calls else None
 
 
-def summarize_group(rows: Sequence[Row], baseline_rows: dict[tuple, Row]) -> dict:
+def _ratio(ran: Sequence[Row], reference: dict[tuple, Row]) -> float | None:
+    """Mean tokens/s of `ran` over that of the reference's rows for the same turns."""
+    paired = [(r, reference[(r.question_id, r.turn)]) for r in ran if (r.question_id, r.turn) in reference]
+    base = fmean(b.tokens_per_s for _, b in paired) if paired else None
+    return fmean(r.tokens_per_s for r, _ in paired) / base if paired and base else None
+
+
+def summarize_group(rows: Sequence[Row], baseline_rows: dict[tuple, Row],
+                    peer_rows: dict[tuple, Row] | None = None) -> dict:
     ran = [r for r in rows if not r.skipped]
     hist = accepted_histogram(ran)
-    paired = [(r, baseline_rows[(r.question_id, r.turn)]) for r in ran if (r.question_id, r.turn) in baseline_rows]
     compared = [r for r in ran if r.same_as_baseline is not None]
     calls = None if any(r.decode_calls is None for r in ran) else sum(r.decode_calls for r in ran)
     decode_s = sum(r.elapsed_s - r.first_token_s for r in ran)
     mean_tps = fmean(r.tokens_per_s for r in ran) if ran else None
     timed = calls and all(r.graph_s is not None for r in ran)
     decode_graph_s = sum(r.graph_s - r.first_token_s for r in ran) if timed else None
-    base_tps = fmean(b.tokens_per_s for _, b in paired) if paired else None
     return {
         "questions": len({r.question_id for r in ran}),
         "turns": len(ran),
@@ -67,7 +75,8 @@ def summarize_group(rows: Sequence[Row], baseline_rows: dict[tuple, Row]) -> dic
         "first_token_s": fmean(r.first_token_s for r in ran) if ran else None,
         "graph_ms_per_call": 1e3 * decode_graph_s / calls if timed else None,
         "host_ms_per_call": 1e3 * (decode_s - decode_graph_s) / calls if timed else None,
-        "speedup": (fmean(r.tokens_per_s for r, _ in paired) / base_tps) if paired and base_tps else None,
+        "speedup": _ratio(ran, baseline_rows),
+        "vs_reference_peer": _ratio(ran, peer_rows) if peer_rows else None,
         "same_as_baseline": (sum(r.same_as_baseline for r in compared) / len(compared)) if compared else None,
         "compared_turns": len(compared),
         "mean_first_difference": (fmean(r.first_difference for r in compared if r.first_difference is not None)
@@ -75,12 +84,15 @@ def summarize_group(rows: Sequence[Row], baseline_rows: dict[tuple, Row]) -> dic
     }
 
 
-def summarize(rows: Sequence[Row], baseline: str = BASELINE) -> dict[str, dict[str, dict]]:
+def summarize(rows: Sequence[Row], baseline: str = BASELINE, peer: str = REFERENCE_PEER
+              ) -> dict[str, dict[str, dict]]:
     """{method: {category: figures, ..., "overall": figures}}, methods and categories in first-seen order."""
     baseline_rows = {(r.question_id, r.turn): r for r in rows if r.method == baseline and not r.skipped}
+    peer_rows = {(r.question_id, r.turn): r for r in rows if r.method == peer and not r.skipped}
     groups: dict[str, dict[str, list[Row]]] = defaultdict(lambda: defaultdict(list))
     for row in rows:
         groups[row.method][row.category].append(row)
-    return {method: {**{cat: summarize_group(group, baseline_rows) for cat, group in by_cat.items()},
-                     OVERALL: summarize_group([r for group in by_cat.values() for r in group], baseline_rows)}
+    return {method: {**{cat: summarize_group(group, baseline_rows, peer_rows) for cat, group in by_cat.items()},
+                     OVERALL: summarize_group([r for group in by_cat.values() for r in group], baseline_rows,
+                                              peer_rows)}
             for method, by_cat in groups.items()}

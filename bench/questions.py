@@ -57,9 +57,9 @@ def parse_questions(lines: Sequence[str], source: str = "<questions>") -> list[Q
 
 
 def select_questions(questions: Sequence[Question], categories: Sequence[str] | None = None,
-                     limit: int | None = None, pick: str = "first") -> list[Question]:
-    """The questions of `categories` (all if None), at most `limit` per category chosen by `pick` (a stratified
-    subset that keeps every category), in file order."""
+                     limit: int | None = None, pick: str = "first", skip: int = 0) -> list[Question]:
+    """The questions of `categories` (all if None): after leaving out the first `skip` of each category, at most
+    `limit` of the rest chosen by `pick` (a stratified subset that keeps every category), in file order."""
     known = list(dict.fromkeys(q.category for q in questions))
     if categories:
         unknown = [c for c in categories if c not in known]
@@ -67,6 +67,8 @@ def select_questions(questions: Sequence[Question], categories: Sequence[str] | 
             raise QuestionFileError(f"unknown categories {unknown}: the file has {', '.join(known)}")
     if limit is not None and limit < 1:
         raise QuestionFileError(f"--limit must be at least 1, got {limit}")
+    if skip < 0:
+        raise QuestionFileError(f"--skip must be at least 0, got {skip}")
     if pick not in PICKS:
         raise QuestionFileError(f"--pick must be one of {', '.join(PICKS)}, got {pick!r}")
     wanted = set(categories) if categories else set(known)
@@ -75,7 +77,7 @@ def select_questions(questions: Sequence[Question], categories: Sequence[str] | 
         if q.category in wanted:
             by_category.setdefault(q.category, []).append(i)
     return [questions[i] for i in sorted(i for positions in by_category.values()
-                                         for i in _pick(positions, limit, pick))]
+                                         for i in _pick(positions[skip:], limit, pick))]
 
 
 def _pick(positions: list[int], limit: int | None, pick: str) -> list[int]:
@@ -98,12 +100,12 @@ def round_robin(questions: Sequence[Question]) -> list[Question]:
 
 
 def load_questions(path: str | Path, categories: Sequence[str] | None = None,
-                   limit: int | None = None, pick: str = "first") -> list[Question]:
+                   limit: int | None = None, pick: str = "first", skip: int = 0) -> list[Question]:
     path = Path(path)
     if not path.is_file():
         raise QuestionFileError(f"question file {path} does not exist: pass another --questions, or leave it out "
                                 f"for the shipped Spec-Bench file")
-    return select_questions(parse_questions(path.read_text().splitlines(), str(path)), categories, limit, pick)
+    return select_questions(parse_questions(path.read_text().splitlines(), str(path)), categories, limit, pick, skip)
 
 
 # A handful of built-in questions for `mtpedge bench --quick` when no question file is given (CI smoke tests):

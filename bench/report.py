@@ -16,9 +16,10 @@ def _fmt(value, spec: str = ".2f", none: str = "–") -> str:
 
 
 def method_table(doc: dict) -> list[str]:
-    lines = ["| method | kind | τ | decode calls | new tokens | tokens/s | speed-up vs none | same as none | "
-             "first token s | graph / host ms per call | RSS added at load MB | process peak RSS MB | load s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| method | kind | τ | decode calls | new tokens | tokens/s | speed-up vs none | vs llama.cpp | "
+             "same as none | first token s | graph / host ms per call | RSS added at load MB | process peak RSS MB | "
+             "load s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for m in doc["methods"]:
         if m["status"] != "ran":
             continue
@@ -26,9 +27,9 @@ def method_table(doc: dict) -> list[str]:
         same = _fmt(s["same_as_baseline"] * 100 if s["same_as_baseline"] is not None else None, ".0f") + (
             f"% of {s['compared_turns']}" if s["same_as_baseline"] is not None else "")
         lines.append(_row([m["name"], m["kind"], _fmt(s["tau"]), _fmt(s["decode_calls"], "d"), s["new_tokens"],
-                           _fmt(s["tokens_per_s"], ".1f"), _fmt(s["speedup"]), same, _fmt(s["first_token_s"], ".3f"),
-                           _per_call(s), _rss_added(m), _fmt(m.get("peak_rss_mb"), ".0f"),
-                           _fmt(m.get("load_s"), ".1f")]))
+                           _fmt(s["tokens_per_s"], ".1f"), _fmt(s["speedup"]), _fmt(s.get("vs_reference_peer")),
+                           same, _fmt(s["first_token_s"], ".3f"), _per_call(s), _rss_added(m),
+                           _fmt(m.get("peak_rss_mb"), ".0f"), _fmt(m.get("load_s"), ".1f")]))
     return lines
 
 
@@ -60,6 +61,8 @@ def category_table(doc: dict) -> list[str]:
                 cells.append("–")
                 continue
             tps = f"{_fmt(s['tokens_per_s'], '.1f')} tok/s"
+            if s.get("vs_reference_peer") is not None:
+                tps += f", {_fmt(s['vs_reference_peer'])}× llama.cpp"
             cells.append(f"τ {_fmt(s['tau'])}, {_fmt(s['speedup'])}×, {tps}" if s["tau"] is not None
                          else f"{_fmt(s['speedup'])}×, {tps}")
         lines.append(_row([cat, *cells]))
@@ -113,7 +116,7 @@ def markdown(doc: dict) -> str:
            f"{m['memory_gib']} GiB; load average {m['load_average_at_start']} at start, "
            f"{m.get('load_average_at_end')} at end. {doc['timing_note']}", "",
            "## All questions", "", *method_table(doc), "",
-           "## Per category (τ, speed-up vs none, mean tokens/s)", "", *category_table(doc), "",
+           "## Per category (τ, speed-up vs none, mean tokens/s, vs llama.cpp)", "", *category_table(doc), "",
            "## Drafts accepted per decode call", "", *acceptance_table(doc), ""]
     missing = [m for m in doc["methods"] if m["status"] != "ran"]
     if missing:

@@ -20,7 +20,14 @@ from dataclasses import dataclass
 import numpy as np
 
 # bytes per weight by bundle precision; unknown precisions are estimated as float32 (and say so)
-WEIGHT_BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0, "int8": 1.0, "int4": 0.5}
+WEIGHT_BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0, "int8": 1.0, "int4": 0.5,
+                # a GGUF Q4_1 block: 32 4-bit codes + a float16 scale and minimum = 20 bytes per 32 weights
+                "gguf": 20 / 32, "qdq": 1.0}
+
+
+def weight_bytes(precision: str) -> float:
+    """Bytes per weight of a graph precision label (`int4-b32+out:int8`, `gguf-a4-down0`: by its first word)."""
+    return WEIGHT_BYTES.get(precision, WEIGHT_BYTES.get(precision.split("-")[0].split("+")[0], 4.0))
 
 
 @dataclass(frozen=True)
@@ -45,8 +52,7 @@ def call_cost(config, width: int, context: int, precision: str = "float32") -> C
     heads, kv, hd = config.num_heads, config.num_kv_heads, config.head_dim
     p = matmul_weights(config)
     flops = 2.0 * n * p + layers * 4.0 * n * (c + n) * heads * hd
-    weight_bytes = p * WEIGHT_BYTES.get(precision, 4.0)
-    moved = (weight_bytes + layers * 2 * kv * c * hd * 4 + n * (c + n) * 4 + n * config.vocab_size * 4
+    moved = (p * weight_bytes(precision) + layers * 2 * kv * c * hd * 4 + n * (c + n) * 4 + n * config.vocab_size * 4
              + layers * 2 * kv * n * hd * 4 + layers * 2 * n * heads * (c + n) * 4)
     return CallCost(flops, float(moved))
 

@@ -41,6 +41,7 @@ class BenchSettings:
     categories: tuple[str, ...] | None = None
     limit: int | None = None  # per category
     pick: str = "first"  # which `limit` of each category (see questions.py)
+    skip: int = 0  # per category, before the `limit` picked (tuning runs leave out the report set)
     turns: int | None = None  # answer at most this many turns of each question (None: all)
     max_new_tokens: int = 128
     methods: tuple[str, ...] = (ALL,)
@@ -54,6 +55,8 @@ class BenchSettings:
     work_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "mtpedge" / "bench")
     quick: bool = False
     time_limit_s: float | None = None  # start no new question after this; the report says how many ran
+    cost_model: str = "measured"  # what drafters that size their trees read (runtime/cost_measure.py)
+    cost_cache: Path | None = None  # where a measured cost table is cached (None: measured in memory)
 
 
 def resolve_methods(requested: Sequence[str], drafters: Sequence[str]) -> list[str]:
@@ -90,10 +93,13 @@ def model_sha256(path: Path) -> str:
 def select(settings: BenchSettings) -> tuple[list[Question], str]:
     """The questions a run answers, in run order, and a line that says which they are."""
     if settings.questions is None:
-        return (select_questions(QUICK_QUESTIONS, settings.categories, settings.limit, settings.pick),
+        return (select_questions(QUICK_QUESTIONS, settings.categories, settings.limit, settings.pick, settings.skip),
                 "built-in quick questions")
-    chosen = round_robin(load_questions(settings.questions, settings.categories, settings.limit, settings.pick))
+    chosen = round_robin(load_questions(settings.questions, settings.categories, settings.limit, settings.pick,
+                                        settings.skip))
     limit = f"{settings.pick} {settings.limit} of each category" if settings.limit else "all questions"
+    if settings.skip:
+        limit = f"{limit} after the first {settings.skip}"
     categories = ", ".join(settings.categories) if settings.categories else "every category"
     turns = f"; the first {settings.turns} turn(s)" if settings.turns else ""
     return chosen, f"{settings.questions.name}: {limit}; {categories}{turns}; run round-robin over categories"
@@ -108,6 +114,9 @@ def run_bench(settings: BenchSettings, say: Callable[[str], None] = log.info,
     started = time.perf_counter()
     names = resolve_methods(settings.methods, drafter_names())
     engine = Engine.load(settings.bundle, threads=settings.threads)
+    from mtpedge.runtime.cost_measure import cost_table_from_option
+
+    engine.cost_table = cost_table_from_option(engine, settings.cost_model, settings.cost_cache, say=say)
     methods, statuses = load_methods(names, engine, settings, say)
     return bench_document(settings, engine, methods, statuses, say, on_question, started)
 
@@ -194,7 +203,7 @@ def bench_document(settings: BenchSettings, engine: Engine, methods: Sequence[Me
         "settings": {
             "bundle": str(settings.bundle), "bundle_name": manifest.model_name, "context": engine.context,
             "bundle_graphs": [g.name for g in manifest.graphs], "questions_file": str(settings.questions),
-            "selection": selection, "pick": settings.pick, "turns": settings.turns or "all",
+            "selection": selection, "pick": settings.pick, "skip": settings.skip, "turns": settings.turns or "all",
             "questions_planned": len(questions),
             "questions_run": len({(r.category, r.question_id) for r in rows}),
             "time_limit_s": settings.time_limit_s, "categories": settings.categories,
@@ -203,6 +212,7 @@ def bench_document(settings: BenchSettings, engine: Engine, methods: Sequence[Me
             "peer_model": str(settings.model) if settings.model else None,
             "peer_model_check": model_note, "lookup_tokens": settings.lookup_tokens, "quick": settings.quick,
             "speedup_definition": "mean per-turn decode tokens/s of the method / that of `none`, same turns",
+            "cost_table": engine.cost_table.to_json(),
         },
         "machine": machine,
         "timing_note": TIMING_NOTE,

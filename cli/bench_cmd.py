@@ -11,10 +11,13 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
 from mtpedge.bench.questions import PICKS
+from mtpedge.bundles import COST_MODEL_HELP, cache_root
+from mtpedge.generate_cmd import add_precision_argument
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -22,6 +25,16 @@ def _names(text: str) -> tuple[str, ...]:
     if not names:
         raise argparse.ArgumentTypeError("give at least one name")
     return names
+
+
+def _counts(text: str) -> tuple[int, ...]:
+    try:
+        counts = tuple(int(t) for t in text.split(",") if t.strip())
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"thread counts must be comma-separated integers, got {text!r}") from err
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"thread counts must be at least 1, got {text!r}")
+    return counts
 
 
 def _methods(text: str) -> tuple[str, ...]:
@@ -36,6 +49,7 @@ def _methods(text: str) -> tuple[str, ...]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bundle", help="bundle folder (default: the embedded model's, exported once)")
+    add_precision_argument(parser)
     parser.add_argument("--questions", type=Path,
                         help="a question file in Spec-Bench's format (default: Spec-Bench's own, shipped with mtpedge; "
                              "--quick: a few built-in questions)")
@@ -44,6 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pick", choices=PICKS, default="first",
                         help="which N of each category: the first (default), spread evenly over it, or halfway between "
                              "spread's (as many questions, none of spread's: for exploring settings)")
+    parser.add_argument("--skip", type=int, default=0,
+                        help="leave out the first N questions of each category before picking (tuning on questions "
+                             "the report set does not use, e.g. --skip 4 --limit 2)")
     parser.add_argument("--turns", type=int, help="answer only the first N turns of each question (default: all)")
     parser.add_argument("--max-new-tokens", type=int, help="new tokens per turn (default 128; --quick 8)")
     parser.add_argument("--methods", type=_methods, default=("all",),
@@ -55,8 +72,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "model's bundle with the shipped adapter")
     parser.add_argument("--model", type=Path, help="GGUF file or Hugging Face folder the peers load "
                         "(default: the embedded SmolLM2 GGUF when the bundle came from it)")
-    parser.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for every method (default: all)")
+    parser.add_argument("--threads", type=_counts, default=(os.cpu_count() or 1,),
+                        help="threads for every method (default: all cores); a list (1,2) runs the bench once per "
+                             "count and writes each run in its own folder beside a side-by-side summary")
     parser.add_argument("--lookup-tokens", type=int, default=10, help="draft length of the peers' prompt lookup")
+    parser.add_argument("--cost-model", default="measured", metavar="measured|remeasure|flat|FILE",
+                        help=COST_MODEL_HELP)
     parser.add_argument("--optimum-python", type=Path, default=os.environ.get("MTPEDGE_OPTIMUM_PYTHON"),
                         help="python of a venv with optimum-onnx (default $MTPEDGE_OPTIMUM_PYTHON or "
                              "./.venv-optimum/bin/python)")
@@ -106,12 +127,12 @@ def run(args: argparse.Namespace) -> int:
     from mtpedge.runtime.drafters import drafter_names
 
     resolve_methods(args.methods, drafter_names())  # a misspelt method fails now, before any bundle is made
-    for flag, value in (("--max-new-tokens", args.max_new_tokens), ("--threads", args.threads),
-                        ("--sweep-repeats", args.sweep_repeats), ("--lookup-tokens", args.lookup_tokens),
-                        ("--time-limit", args.time_limit), ("--turns", args.turns)):
+    for flag, value in (("--max-new-tokens", args.max_new_tokens), ("--sweep-repeats", args.sweep_repeats),
+                        ("--lookup-tokens", args.lookup_tokens), ("--time-limit", args.time_limit),
+                        ("--turns", args.turns)):
         if value is not None and value < 1:
             raise ValueError(f"{flag} must be at least 1, got {value}")
-    bundle = ensure_bundle(args.bundle, None, 1024, mtp=names_mtp(args.methods))
+    bundle = ensure_bundle(args.bundle, None, 1024, mtp=names_mtp(args.methods), precision=args.precision)
     optimum_python = args.optimum_python or (Path(".venv-optimum/bin/python").absolute()
                                              if Path(".venv-optimum/bin/python").is_file() else None)
     methods = args.methods
@@ -119,28 +140,54 @@ def run(args: argparse.Namespace) -> int:
         methods = tuple(n for n in resolve_methods(methods, drafter_names()) if n not in PEERS)
     settings = BenchSettings(
         bundle=bundle, questions=args.questions or (None if args.quick else SPEC_BENCH), categories=args.categories,
-        limit=args.limit if args.limit is not None else (1 if args.quick else None), pick=args.pick, turns=args.turns,
+        limit=args.limit if args.limit is not None else (1 if args.quick else None), pick=args.pick, skip=args.skip,
+        turns=args.turns,
         max_new_tokens=args.max_new_tokens or (8 if args.quick else 128), methods=methods,
-        threads=args.threads or 1, model=args.model or _default_model(bundle),
+        threads=args.threads[0], model=args.model or _default_model(bundle),
         sweep_bundles=tuple(Path(b) for b in args.sweep_bundles or ()), sweep=not args.no_sweep,
         sweep_repeats=args.sweep_repeats or (2 if args.quick else 10), optimum_python=optimum_python,
-        lookup_tokens=args.lookup_tokens, quick=args.quick, time_limit_s=args.time_limit)
+        lookup_tokens=args.lookup_tokens, quick=args.quick, time_limit_s=args.time_limit,
+        cost_model="measured" if args.cost_model == "remeasure" else args.cost_model,
+        cost_cache=None if args.cost_model == "remeasure" else cache_root() / "costs")
     out = args.out or Path("bench-results") / datetime.now().strftime("%Y%m%d-%H%M%S")
     say = lambda msg: print(msg, file=sys.stderr)  # noqa: E731 - stdout's last line is the JSON summary
-    progress = _progress_bar(settings)
-    try:
-        doc = run_bench(settings, say=say, on_question=lambda q: progress.update(1))
-    finally:
-        progress.close()
-    files = write_report(doc, out, plots=not args.no_plots)
-    print((out / "bench.md").read_text())
-    say("wrote " + ", ".join(str(f) for f in files))
-    problems = validate_report(doc)
-    summary = {m["name"]: {k: doc["summary"][m["name"]]["overall"][k] for k in ("tau", "tokens_per_s", "speedup")}
-               for m in doc["methods"] if m["status"] == "ran"}
-    print(json.dumps({"out": str(out), "elapsed_s": round(doc["elapsed_s"], 1), "methods": summary,
-                      "problems": problems}))
+    docs, folders = [], []
+    for threads in args.threads:
+        run_settings = replace(settings, threads=threads)
+        folder = out if len(args.threads) == 1 else out / f"threads-{threads}"
+        progress = _progress_bar(run_settings)
+        try:
+            doc = run_bench(run_settings, say=say, on_question=lambda q, bar=progress: bar.update(1))
+        finally:
+            progress.close()
+        files = write_report(doc, folder, plots=not args.no_plots)
+        print((folder / "bench.md").read_text())
+        say("wrote " + ", ".join(str(f) for f in files))
+        docs.append(doc)
+        folders.append(folder.name)
+    if len(docs) > 1:
+        _write_side_by_side(docs, folders, out, plots=not args.no_plots)
+    problems = [f"{d['settings']['threads']} thread(s): {p}" for d in docs for p in validate_report(d)]
+    suffix = (lambda d: f"@{d['settings']['threads']}") if len(docs) > 1 else (lambda d: "")  # noqa: E731
+    summary = {f"{m['name']}{suffix(d)}": {k: d["summary"][m["name"]]["overall"][k]
+                                           for k in ("tau", "tokens_per_s", "speedup")}
+               for d in docs for m in d["methods"] if m["status"] == "ran"}
+    print(json.dumps({"out": str(out), "elapsed_s": round(sum(d["elapsed_s"] for d in docs), 1),
+                      "methods": summary, "problems": problems}))
     return 1 if problems else 0
+
+
+def _write_side_by_side(docs: list[dict], folders: list[str], out: Path, plots: bool) -> None:
+    from mtpedge.bench.threads import plot_threads, side_by_side, threads_markdown
+
+    text = threads_markdown(docs, folders)
+    if plots:
+        plot_threads(docs, out / "tokens_per_s_by_threads.png")
+        text += "\n![tokens/s by threads](tokens_per_s_by_threads.png)\n"
+    (out / "bench.md").write_text(text)
+    table = {name: {str(t): s for t, s in by.items()} for name, by in side_by_side(docs).items()}
+    (out / "bench.json").write_text(json.dumps({"runs": folders, "side_by_side": table}, indent=1))
+    print(text)
 
 
 def _progress_bar(settings):

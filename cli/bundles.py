@@ -1,4 +1,11 @@
-"""Where bundles live when the user names none: a cache folder per (model, context), exported on first use."""
+"""Where bundles live when the user names none: a cache folder per (model, context, precision), exported on
+first use.
+
+    precision "auto"     a GGUF source (the embedded default model is one) gets the fast bundle: the file's own
+                         4/8-bit grid in MatMulNBits kernels (export.quantize_bundle.FAST); a Hugging Face
+                         folder gets float32 (no grid to keep)
+    precision "float32"  the traced float32 graphs (parity work, the quality reference)
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,22 @@ import os
 from pathlib import Path
 
 from mtpedge.runtime.bundle import MANIFEST, read_manifest
+
+PRECISIONS = ("auto", "float32")
+# the fast bundle's smaller context buckets (those below its context): a conversation that fits 256 or 512
+# positions runs graphs that read only that much cache (plain decoding 1.15-1.2x, benchmarks/results/fast)
+FAST_BUCKETS = (256, 512)
+# the fast bundle's decode widths: on its int8-activation kernels a width-16 call costs ~3.8x a width-1 call and a
+# width-4 call ~1.9x (benchmarks/results/fast), so cost-aware trees need a narrow graph between the two
+FAST_DECODE_WIDTHS = (1, 4, 16)
+
+
+def fast_buckets(context: int, widest: int = 64) -> tuple[int, ...]:
+    """The buckets a fast bundle of `context` positions gets (those between its widest graph and its context)."""
+    return tuple(b for b in FAST_BUCKETS if widest <= b < context)
+# the cache label of the fast bundle; equal to export.quantize_bundle.FAST.label (tested), written here so that
+# a runtime-only install finds a cached fast bundle without importing the export side
+FAST_LABEL = "gguf-a4-down0"
 
 
 def cache_root() -> Path:
@@ -24,17 +47,27 @@ def default_bundle_dir(model: str | None, context: int, precision: str | None = 
     return cache_root() / "bundles" / f"{name}-cl{context}{suffix}"
 
 
-def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print, mtp: bool = False) -> Path:
-    """The bundle to run: the one named, or the cached export of `model` (None = embedded default).
+def is_fast(model: str | None, precision: str) -> bool:
+    """Whether `precision` means the fast (GGUF-grid) bundle for `model` (None = the embedded default, a GGUF)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision {precision!r} is unknown: choose one of {', '.join(PRECISIONS)}")
+    return precision == "auto" and (model is None or str(model).endswith(".gguf"))
+
+
+def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print, mtp: bool = False,
+                  precision: str = "auto") -> Path:
+    """The bundle to run: the one named, or the cached export of `model` (None = embedded default) at
+    `precision` (see the module's docstring).
 
     mtp: the default model's bundle with the shipped multi-token adapter (a `-mtp` cache folder of its own,
-    since adapter graphs make plain decoding slower)."""
+    since adapter graphs make plain decoding slower; float32: the quantizers do not handle adapter graphs)."""
     if bundle:
         return Path(bundle)
     if mtp and model is not None:
         raise SystemExit("the mtp drafter needs a bundle exported with your model's adapter: `mtpedge train-mtp`, "
                          "then `mtpedge export MODEL --mtp-adapter ADAPTER.pt --out DIR`, then --bundle DIR")
-    folder = default_bundle_dir(model, context, "mtp" if mtp else None)
+    fast = not mtp and is_fast(model, precision)
+    folder = default_bundle_dir(model, context, "mtp" if mtp else FAST_LABEL if fast else None)
     cached = (folder / MANIFEST).is_file()
     if cached and (mtp or not (model is None and _lacks_shipped_masks(folder))):
         return folder
@@ -50,9 +83,18 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
     if cached:  # the atomic export replaces it only once the new one is complete
         say(f"the cached bundle {folder} predates the learned masks shipped for the default model: re-exporting it")
     what = "the default model" if model is None else model
-    say(f"exporting {what}{' with its shipped multi-token adapter' if mtp else ''} to {folder} "
-        "(once; later runs reuse it)")
-    export_bundle(model, folder, ExportConfig(context=context, mtp_adapter="default" if mtp else None), progress=say)
+    how = " with its shipped multi-token adapter" if mtp else " on its GGUF grid (fast kernels)" if fast else ""
+    say(f"exporting {what}{how} to {folder} (once; later runs reuse it)")
+    quantization = None
+    if fast:
+        from mtpedge.export.quantize_bundle import FAST
+
+        quantization = FAST
+    export_bundle(model, folder, ExportConfig(context=context, mtp_adapter="default" if mtp else None,
+                                              quantization=quantization,
+                                              context_buckets=fast_buckets(context) if fast else (),
+                                              **({"decode_widths": FAST_DECODE_WIDTHS} if fast else {})),
+                  progress=say)
     return folder
 
 
@@ -72,3 +114,18 @@ def _lacks_shipped_masks(folder: Path) -> bool:
         return False
     return load_masks_file(shipped).source_sha256 == manifest.source_sha256
 
+
+
+COST_MODEL_HELP = ("what a graph call of each width costs, which drafters that size their trees (lookup, hybrid) "
+                   "read: measured (default: measured once per bundle and machine, cached under the mtpedge cache), "
+                   "remeasure (measure again and cache), flat (every width the same: trees fill their width, the "
+                   "NPU assumption), or a cost-table file (JSON, e.g. from an on-device profile)")
+
+
+def attach_cost_table(engine, option: str, say=print) -> None:
+    """Give `engine` the cost table `--cost-model` asks for (a bad file or cache is named, and measured instead)."""
+    from mtpedge.runtime.cost_measure import cost_table_from_option
+
+    refresh = option == "remeasure"
+    engine.cost_table = cost_table_from_option(engine, "measured" if refresh else option, cache_root() / "costs",
+                                               refresh, say)

@@ -167,5 +167,5 @@ def run(args: argparse.Namespace) -> int:
     from mtpedge.chat_session import ChatSession
 
     sampling = check_options(args)
-    session = ChatSession(load_engine(args), sampling, args.max_new_tokens, args.drafter, args.system)
+    session = ChatSession(load_engine(args, cost_table=True), sampling, args.max_new_tokens, args.drafter, args.system)
     return repl(session)

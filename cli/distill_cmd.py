@@ -23,7 +23,9 @@ def run(args: argparse.Namespace) -> int:
     from mtpedge.models.distill_data import build_distill_file, prompt_set
     from mtpedge.runtime.engine import Engine
 
-    engine = Engine.load(ensure_bundle(args.bundle, args.model, args.context), threads=args.threads)
+    # the float32 graphs: the answers are training targets for adapters trained on the float weights
+    engine = Engine.load(ensure_bundle(args.bundle, args.model, args.context, precision="float32"),
+                         threads=args.threads)
     prompts = prompt_set(args.prompts)
     started = time.perf_counter()
 

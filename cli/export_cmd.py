@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 
-from mtpedge.bundles import default_bundle_dir
+from mtpedge.bundles import FAST_DECODE_WIDTHS, default_bundle_dir, fast_buckets
 
 
 def parse_widths(text: str) -> tuple[int, ...]:
@@ -18,13 +19,22 @@ def parse_widths(text: str) -> tuple[int, ...]:
     return widths
 
 
+def parse_buckets(text: str) -> tuple[int, ...] | str:
+    return text if text in ("auto", "none") else parse_widths(text)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", nargs="?", help="GGUF file or Hugging Face folder (default: embedded SmolLM2-135M)")
     parser.add_argument("--out", help="bundle folder (default: the cache folder that generate/chat use)")
     parser.add_argument("--context", type=int, default=1024, help="KV cache positions C (default 1024)")
+    parser.add_argument("--context-buckets", type=parse_buckets, default="auto",
+                        help="comma-separated smaller contexts whose graphs are exported too (e.g. 256,512): the "
+                             "runtime runs the smallest that holds the cache; none; or auto (default: 256,512 below "
+                             "--context for the fast bundle, --precision auto of a GGUF; else none)")
     parser.add_argument("--prefill-width", type=int, default=64, help="slots of the prefill graph (default 64)")
-    parser.add_argument("--decode-widths", type=parse_widths, default=(1, 16),
-                        help="comma-separated slots of the decode graphs (default 1,16)")
+    parser.add_argument("--decode-widths", type=parse_widths, default=None,
+                        help="comma-separated slots of the decode graphs (default 1,4,16 for the fast bundle, "
+                             "--precision auto of a GGUF; else 1,16)")
     parser.add_argument("--mtp-adapter", metavar="FILE|default",
                         help="a `mtpedge train-mtp` checkpoint, or `default` (the one shipped for the embedded default "
                         "model): export its learned masks, gated LoRA graphs (lora_gate input) and sampler head with "
@@ -45,8 +55,9 @@ def add_precision_arguments(parser: argparse.ArgumentParser, with_auto: bool = T
     parser.add_argument("--precision", choices=choices, default=choices[0],
                         help="weights: gguf = the GGUF file's own 4/5/6/8-bit grid, exactly (MatMulNBits); "
                              "int8/int4 = round-to-nearest blocks; qdq = 16-bit activations, 8-bit weights for the "
-                             "Qualcomm HTP; auto = gguf for GGUF sources, else float32 (and float32 with "
-                             "--mtp-adapter or a --masks file, which need float32 graphs)")
+                             "Qualcomm HTP; auto = for GGUF sources the fast default (gguf with int8-activation "
+                             "kernels, the bundle generate/chat/serve/bench use), else float32 (and float32 with "
+                             "--mtp-adapter, whose graphs are float32 only)")
     parser.add_argument("--output-layer", choices=["same", "float32", "int8", "int4"], default="same",
                         help="precision of the output (lm_head) layer (default: same as --precision)")
     parser.add_argument("--block-size", type=int, default=32, help="int8/int4 block size (default 32)")
@@ -62,9 +73,14 @@ def quant_config(args: argparse.Namespace, is_gguf: bool):
     from mtpedge.export.quantize_bundle import QuantConfig
 
     precision = args.precision
-    if precision == "auto":  # an adapter or learned masks come with float32 graphs only (see ExportConfig)
-        float_only = getattr(args, "mtp_adapter", None) or getattr(args, "masks", "auto") not in ("auto", "none")
-        precision = "gguf" if is_gguf and not float_only else "float32"
+    if precision == "auto" and getattr(args, "mtp_adapter", None):  # adapter graphs are float32 only
+        return None
+    if precision == "auto" and is_gguf:  # learned masks attach to it too (ExportConfig)
+        from mtpedge.export.quantize_bundle import FAST
+
+        return replace(FAST, quality_report=not args.no_quality_report)
+    if precision == "auto":
+        precision = "float32"
     if precision == "float32":
         return None
     if precision == "gguf" and not is_gguf:
@@ -100,13 +116,22 @@ def export_plan(args: argparse.Namespace):
     quantization = quant_config(args, is_gguf)
     # the cache folder names what it holds, so a quantized export never stands in for the float bundle
     # that `generate`/`chat` export for themselves (and compare against)
-    kind = None if quantization is None else getattr(quantization, "weights", "qdq")
+    kind = None
+    if quantization is not None:  # QDQ keeps its plain "qdq" folder; MatMulNBits bundles are named by their label
+        kind = quantization.label.replace("+out:", "-out-") if hasattr(quantization, "weights") else "qdq"
     label = f"{kind}-{soc}" if kind and soc else kind
     if args.mtp_adapter:  # adapter graphs make every call a little slower: never the plain default bundle
         label = "mtp"
     out = args.out or default_bundle_dir(args.model, args.context, label)
-    config = ExportConfig(context=args.context, prefill_width=args.prefill_width,
-                          decode_widths=args.decode_widths, check_parity=not args.no_parity_check,
+    # auto: what generate/chat/serve/bench export for themselves
+    fast = args.precision == "auto" and is_gguf and not soc and not args.mtp_adapter
+    decode_widths = args.decode_widths or (FAST_DECODE_WIDTHS if fast else (1, 16))
+    buckets = args.context_buckets
+    if buckets in ("auto", "none"):
+        widest = max(args.prefill_width, *decode_widths)
+        buckets = fast_buckets(args.context, widest) if buckets == "auto" and fast else ()
+    config = ExportConfig(context=args.context, context_buckets=buckets, prefill_width=args.prefill_width,
+                          decode_widths=decode_widths, check_parity=not args.no_parity_check,
                           quantization=quantization, target_soc=soc, mtp_adapter=args.mtp_adapter,
                           learned_masks=args.masks)
     return out, config

@@ -13,7 +13,7 @@ import json
 import math
 import sys
 
-from mtpedge.bundles import ensure_bundle
+from mtpedge.bundles import COST_MODEL_HELP, PRECISIONS, attach_cost_table, ensure_bundle
 from mtpedge.runtime.sampling import SamplingConfig
 
 DEFAULT_CONTEXT = 1024  # of an automatic export
@@ -29,6 +29,14 @@ def drafter_spec(text: str):
         raise argparse.ArgumentTypeError(str(err)) from err
 
 
+def add_precision_argument(parser: argparse.ArgumentParser) -> None:
+    """--precision of the bundle exported when no --bundle is given (generate, chat, serve, bench)."""
+    parser.add_argument("--precision", choices=PRECISIONS, default="auto",
+                        help="bundle exported when no --bundle is given: auto (default) = for a GGUF model (the "
+                             "default model is one) the fast bundle, the file's own 4/8-bit grid in int8-activation "
+                             "kernels; float32 = the traced float32 graphs (parity work)")
+
+
 def add_common_arguments(parser: argparse.ArgumentParser, max_new_tokens: int | None) -> None:
     """Options shared by generate and chat (max_new_tokens: the default limit; None = up to the context)."""
     from mtpedge.runtime.drafters import drafter_names
@@ -37,6 +45,7 @@ def add_common_arguments(parser: argparse.ArgumentParser, max_new_tokens: int | 
     parser.add_argument("--model", help="GGUF file or Hugging Face folder to export when no --bundle is given")
     parser.add_argument("--context", type=int, default=None,
                         help=f"context of an automatic export (default {DEFAULT_CONTEXT}; a --bundle has its own)")
+    add_precision_argument(parser)
     parser.add_argument("--max-new-tokens", type=int, default=max_new_tokens,
                         help=f"most new tokens per reply (default {max_new_tokens or 'none: up to the context'})")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
@@ -48,6 +57,8 @@ def add_common_arguments(parser: argparse.ArgumentParser, max_new_tokens: int | 
                         "the most likely one (default 0.05 when sampling; 0 = no limit)")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
+    parser.add_argument("--cost-model", default="measured", metavar="measured|remeasure|flat|FILE",
+                        help=COST_MODEL_HELP)
     parser.add_argument("--drafter", type=drafter_spec, default="none", metavar="SPEC",
                         help=f"multi-token drafter and its options, NAME[:KEY=VALUE]... (NAME: "
                              f"{', '.join(drafter_names())}; none = plain decoding, the default); e.g. "
@@ -88,25 +99,29 @@ def check_options(args: argparse.Namespace) -> SamplingConfig:
     return sampling
 
 
-def load_engine(args: argparse.Namespace, say=print):
+def load_engine(args: argparse.Namespace, say=print, cost_table: bool = False):
     """The engine of --bundle (or of the automatic export), after the drafter spec is checked against the bundle's
-    graph widths; prints the lossy warning for a lossy drafter."""
+    graph widths; prints the lossy warning for a lossy drafter. The engine gets its --cost-model table when the
+    drafter sizes its trees, or always with `cost_table` (chat: the drafter may change)."""
     from mtpedge.runtime.bundle import read_manifest
     from mtpedge.runtime.drafters import DRAFTERS, check_fits
     from mtpedge.runtime.engine import Engine
     from mtpedge.runtime.generate import LOSSY_WARNING
 
     folder = ensure_bundle(args.bundle, args.model, args.context or DEFAULT_CONTEXT, say=say,
-                           mtp=args.drafter.name == "mtp")
+                           mtp=args.drafter.name == "mtp", precision=args.precision)
     check_fits(args.drafter, [g.width for g in read_manifest(folder).graphs])
     if args.drafter.name in DRAFTERS and DRAFTERS[args.drafter.name].lossy:
         print(f"warning: {LOSSY_WARNING.format(name=args.drafter.name)}", file=sys.stderr)
-    return Engine.load(folder, threads=args.threads)
+    engine = Engine.load(folder, threads=args.threads)
+    if cost_table or (args.drafter.name in DRAFTERS and DRAFTERS[args.drafter.name].sized):
+        attach_cost_table(engine, args.cost_model, say)
+    return engine
 
 
 def format_stats(stats: dict) -> str:
-    return (f"{stats['new_tokens']} tokens, {stats['forward_calls']} graph calls "
-            f"({stats['tokens_per_call']:.2f} tokens/call), {stats['tokens_per_s']:.1f} tokens/s, "
+    return (f"drafter {stats['drafter']}: {stats['new_tokens']} tokens, {stats['forward_calls']} graph calls "
+            f"(τ {stats['tokens_per_call']:.2f} tokens/call), {stats['tokens_per_s']:.1f} tokens/s, "
             f"prefill {stats['prompt_tokens']} tokens in {stats['prefill_s']:.2f} s, "
             f"graph {stats['graph_s']:.2f} s + host {stats['host_s']:.2f} s, finish {stats['finish_reason']}")
 

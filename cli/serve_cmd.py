@@ -20,8 +20,8 @@ import os
 import signal
 import sys
 
-from mtpedge.bundles import ensure_bundle
-from mtpedge.generate_cmd import drafter_spec
+from mtpedge.bundles import COST_MODEL_HELP, attach_cost_table, ensure_bundle
+from mtpedge.generate_cmd import add_precision_argument, drafter_spec
 from mtpedge.runtime.sampling import DEFAULT_TEMPERATURE
 
 
@@ -29,6 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bundle", help="bundle folder (default: export --model, or the default model, once)")
     parser.add_argument("--model", help="GGUF file or Hugging Face folder to export when no --bundle is given")
     parser.add_argument("--context", type=int, default=1024, help="context of an automatic export (default 1024)")
+    add_precision_argument(parser)
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default 127.0.0.1: this machine only; any other address "
                              "needs --api-key)")
@@ -48,6 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-queue", type=int, default=64,
                         help="requests allowed to wait for the engine; more get 503 (default 64)")
     parser.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
+    parser.add_argument("--cost-model", default="measured", metavar="measured|remeasure|flat|FILE",
+                        help=COST_MODEL_HELP)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -67,8 +70,9 @@ def run(args: argparse.Namespace) -> int:
     if args.max_queue < 1:
         raise ValueError(f"--max-queue must be >= 1, got {args.max_queue}")
     check_bind(args.host, args.api_key)  # before the model loads
-    engine = Engine.load(ensure_bundle(args.bundle, args.model, args.context, mtp=args.drafter.name == "mtp"),
-                         threads=args.threads)
+    engine = Engine.load(ensure_bundle(args.bundle, args.model, args.context, mtp=args.drafter.name == "mtp",
+                                       precision=args.precision), threads=args.threads)
+    attach_cost_table(engine, args.cost_model)  # a request may name any drafter: measured (or read) once here
     drafter = make_drafter(args.drafter, engine)  # refuse now, not at the first request, what the bundle cannot run
     if drafter is not None and drafter.lossy:
         print(f"warning: {LOSSY_WARNING.format(name=drafter.name)}", file=sys.stderr)

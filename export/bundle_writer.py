@@ -36,6 +36,9 @@ WEIGHTS_FILE = "weights.data"
 @dataclass(frozen=True)
 class ExportConfig:
     context: int = 1024
+    # smaller contexts whose graphs are exported too (same widths, same weights file): the runtime runs the
+    # smallest that holds the cache, so a short conversation does not read a long cache (runtime/kv_cache.py)
+    context_buckets: tuple[int, ...] = ()
     prefill_width: int = 64
     decode_widths: tuple[int, ...] = (1, 16)
     mask_value: float = DEFAULT_MASK_VALUE
@@ -45,8 +48,8 @@ class ExportConfig:
     target_soc: str | None = None  # with a QdqConfig: compile QNN context binaries for this SoC
     mtp_adapter: str | None = None  # a `mtpedge train-mtp` checkpoint: adapter graphs + files (export/mtp_export)
     # learned mask embeddings for the esp/hybrid drafters (export/learned_masks): "auto" = the masks shipped
-    # for the embedded default model when the weights are exactly those (SHA-256) and the bundle is float32;
-    # a path = that masks file (.npz); "none" = no masks
+    # for the embedded default model when the weights are exactly those (SHA-256) and the graphs are float32 or
+    # MatMulNBits (not QDQ: its calibration saw no mask slots); a path = that masks file (.npz); "none" = none
     learned_masks: str = "auto"
     tap_layer: int = 0  # > 0: graphs also output the residual stream entering this layer (DMTD, contract)
     extras: dict = field(default_factory=dict)
@@ -57,6 +60,9 @@ class ExportConfig:
             raise ValueError(f"graph widths must be >= 1, got {widths}")
         if max(widths) > self.context:
             raise ValueError(f"a graph width ({max(widths)}) cannot exceed the context ({self.context})")
+        if any(not max(widths) <= b < self.context for b in self.context_buckets):
+            raise ValueError(f"context buckets must lie between the widest graph ({max(widths)}) and the context "
+                             f"({self.context}), got {self.context_buckets}")
         if len(set(self.decode_widths)) != len(self.decode_widths):
             raise ValueError(f"decode widths repeat: {self.decode_widths}")
         if self.mtp_adapter and (self.quantization is not None or self.target_soc):
@@ -67,9 +73,10 @@ class ExportConfig:
         if self.learned_masks not in ("auto", "none"):
             if self.mtp_adapter:
                 raise ValueError("--masks and --mtp-adapter both give learned masks: pass one of them")
-            if self.quantization is not None or self.target_soc:
-                raise ValueError("learned masks are attached to float32 bundles only (the quantized bundle's "
-                                 "manifest does not carry them yet): export with --precision float32 and no --target")
+            if not _masks_fit(self):
+                raise ValueError("learned masks are attached to float32 and MatMulNBits (gguf/int8/int4) bundles "
+                                 "only, not QDQ ones (their calibration saw no mask slots): export with another "
+                                 "--precision and no --target")
 
 
 def _producer_versions() -> dict[str, str]:
@@ -129,6 +136,13 @@ def export_bundle(
     return out_dir
 
 
+def _masks_fit(config: ExportConfig) -> bool:
+    """Learned masks are host-side embeddings: any graph takes them, but a QDQ graph was calibrated without."""
+    from .quantize_bundle import QuantConfig
+
+    return config.target_soc is None and (config.quantization is None or isinstance(config.quantization, QuantConfig))
+
+
 def _learned_masks(config: ExportConfig, loaded: LoadedModel):
     """The (LearnedMasks, origin) to attach, or None (see ExportConfig.learned_masks)."""
     from .learned_masks import checked_masks, default_masks_path, load_masks_file
@@ -138,7 +152,7 @@ def _learned_masks(config: ExportConfig, loaded: LoadedModel):
         return None
     if choice == "auto":
         shipped = default_masks_path()
-        if shipped is None or config.quantization is not None or config.target_soc:
+        if shipped is None or not _masks_fit(config):
             return None
         learned = load_masks_file(shipped)
         if learned.source_sha256 != loaded.source_sha256:
@@ -173,21 +187,22 @@ def _write_contents(loaded: LoadedModel, folder: Path, config: ExportConfig, say
         graph_module = TappedDecoder(loaded.decoder, config.tap_layer)
         mtp_extras[LAYER_HIDDEN] = config.tap_layer
 
-    specs = [("prefill", config.prefill_width)] + [("decode", w) for w in config.decode_widths]
+    specs = [(kind, width, context) for context in (config.context, *sorted(config.context_buckets, reverse=True))
+             for kind, width in [("prefill", config.prefill_width)] + [("decode", w) for w in config.decode_widths]]
     weights = SharedWeights(folder / WEIGHTS_FILE)
     entries, parity = [], {}
     try:
-        for i, (kind, width) in enumerate(specs, 1):
-            name = graph_name(kind, width, config.context)
+        for i, (kind, width, context) in enumerate(specs, 1):
+            name = graph_name(kind, width, context)
             step_started = time.perf_counter()
             say(f"[{i}/{len(specs)}] tracing {name}")
-            shape = _shape(cfg, width, config.context, adapter, config.tap_layer)
+            shape = _shape(cfg, width, context, adapter, config.tap_layer)
             graph = trace_graph(graph_module, shape)
             check_contract(graph, shape)
             weights.externalize(graph)
             onnx.save_model(graph, folder / f"{name}.onnx")
             del graph
-            entries.append(GraphEntry(name, f"{name}.onnx", kind, width, config.context, "float32",
+            entries.append(GraphEntry(name, f"{name}.onnx", kind, width, context, "float32",
                                       shape.input_shapes(), shape.output_shapes()))
             say(f"[{i}/{len(specs)}] wrote {name} ({time.perf_counter() - step_started:.1f} s)")
     finally:
@@ -195,7 +210,7 @@ def _write_contents(loaded: LoadedModel, folder: Path, config: ExportConfig, say
     if config.check_parity:
         for entry in entries:
             parity[entry.name] = graph_parity(loaded.decoder, folder / entry.file, _shape(cfg, entry.width,
-                                                                                          config.context, adapter,
+                                                                                          entry.context, adapter,
                                                                                           config.tap_layer))
             p = parity[entry.name]
             say(f"parity {entry.name} vs PyTorch: max |diff| {p['max_abs']:.2e} (relative {p['max_rel']:.1e}), "

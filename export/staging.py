@@ -95,6 +95,11 @@ def float_source(src: Path, converter: str) -> Manifest:
 
 
 def copy_host_files(src: Path, manifest: Manifest, dst: Path) -> None:
-    """The tokenizer and embedding table, which a derived (quantized, compiled) bundle keeps as they are."""
-    for name in (manifest.tokenizer.file, manifest.embeddings_file):
+    """The tokenizer, the embedding table and learned mask embeddings (host-side inputs, whatever the graphs'
+    precision), which a derived (quantized, compiled) bundle keeps as they are."""
+    names = [manifest.tokenizer.file, manifest.embeddings_file]
+    masks = (manifest.extras.get("mtp") or {}).get("masks_file")
+    if masks:
+        names.append(masks)
+    for name in names:
         shutil.copy2(src / name, dst / name)

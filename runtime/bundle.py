@@ -97,11 +97,16 @@ class Manifest:
         values["graphs"] = [GraphEntry(**g) for g in values["graphs"]]
         return cls(**values)
 
-    def graph_shape(self, width: int) -> GraphShape:
+    def graph_shape(self, width: int, context: int | None = None) -> GraphShape:
         c = self.config
         adapter = bool(self.extras.get("mtp", {}).get("adapter_graphs", False))
-        return GraphShape(width, self.context, c.hidden_size, c.head_dim, c.num_kv_heads, c.num_layers, c.vocab_size,
-                          adapter, int(self.extras.get(LAYER_HIDDEN, 0)))
+        return GraphShape(width, context or self.context, c.hidden_size, c.head_dim, c.num_kv_heads, c.num_layers,
+                          c.vocab_size, adapter, int(self.extras.get(LAYER_HIDDEN, 0)))
+
+    @property
+    def context_buckets(self) -> list[int]:
+        """The contexts the graphs come in, ascending; the last is the bundle's context (see kv_cache)."""
+        return sorted({g.context for g in self.graphs})
 
 
 def read_manifest(folder: str | Path, check_sizes: bool = True) -> Manifest:
@@ -242,10 +247,14 @@ def _check_consistency(folder: Path, manifest: Manifest) -> None:
         raise BundleError(f"bundle {folder} lacks {missing}: it is incomplete; re-run `mtpedge export`")
     if not manifest.graphs:
         raise BundleError(f"bundle {folder} lists no graphs; re-run `mtpedge export`")
+    full = {(g.kind, g.width) for g in manifest.graphs if g.context == manifest.context}
     for graph in manifest.graphs:
-        if graph.context != manifest.context:
-            raise BundleError(f"graph {graph.name} has context {graph.context}, the bundle {manifest.context}")
-        expected = manifest.graph_shape(graph.width)
+        if graph.context > manifest.context or (graph.context < manifest.context
+                                                 and (graph.kind, graph.width) not in full):
+            raise BundleError(f"graph {graph.name} has context {graph.context}, the bundle {manifest.context} (a "
+                              "smaller context bucket needs a full-context graph of the same kind and width); "
+                              "re-run `mtpedge export`")
+        expected = manifest.graph_shape(graph.width, graph.context)
         if graph.inputs != expected.input_shapes() or graph.outputs != expected.output_shapes():
             raise BundleError(
                 f"graph {graph.name}: its I/O shapes in the manifest do not match the model config "

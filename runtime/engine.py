@@ -18,6 +18,7 @@ import numpy as np
 from .attention_bias import CachedAttentionBias
 from .bundle import BundleError, Manifest, read_manifest
 from .contract import LORA_GATE
+from .cost_table import CostTable
 from .graphs import GraphOutput, GraphSet
 from .kv_cache import ContextOverflowError, KVCache
 from .rope import inverse_frequencies, rope_tables
@@ -47,15 +48,18 @@ class Engine:
         self.inv_freq = inverse_frequencies(cfg.rope, cfg.head_dim)
         self.graphs = GraphSet(folder, manifest, threads, providers, session_options)
         self.graphs.load_all()  # so that no generation pays for a session's creation
-        self.cache = KVCache(cfg.num_layers, cfg.num_kv_heads, self.context, cfg.head_dim)
+        self.cache = KVCache(cfg.num_layers, cfg.num_kv_heads, self.context, cfg.head_dim, manifest.context_buckets)
         self.graph_calls = 0
         self.graph_seconds = 0.0
+        # what a call of each decode width costs here (runtime/cost_measure.py); drafters that size their trees
+        # read it (None: they fill their width)
+        self.cost_table: CostTable | None = None
         # Host work per call kept small: RoPE rows for every position computed once; block layouts read from the
         # bundle's tree templates (checked here, once) or computed once per other tree shape; one bias buffer
         # per width, updated in place (see attention_bias).
         max_position = self.context + self.graphs.max_width
         self._rope_cos, self._rope_sin = rope_tables(np.arange(max_position), self.inv_freq)
-        self._biases = {e.width: CachedAttentionBias(e.width, self.context, self.mask_value)
+        self._biases = {(e.width, e.context): CachedAttentionBias(e.width, e.context, self.mask_value)
                         for e in self.graphs.entries}
         self.templates = templates_from_extras(manifest.extras)
         self._template_layouts: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
@@ -102,11 +106,12 @@ class Engine:
         """
         n = embeds.shape[0]
         visible, depth, key = self.block_layout(parents)
-        entry = self.graphs.entry_for(n)
+        self.cache.reserve(n)  # the smallest context bucket that holds the block's slots once accepted
+        entry = self.graphs.entry_for(n, context=self.cache.capacity)
         width, n_past = entry.width, self.cache.n_past
         positions = np.full(width, n_past, dtype=np.int64)
         positions[:n] += depth
-        bias = self._biases[width].fill(n_past, visible, key)
+        bias = self._biases[(width, entry.context)].fill(n_past, visible, key)
         cos, sin = self._rope_cos[:, :, positions], self._rope_sin[:, :, positions]
         padded = np.zeros((1, width, self.config.hidden_size), dtype=np.float32)
         padded[0, :n] = embeds

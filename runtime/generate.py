@@ -51,6 +51,7 @@ class GenerationStats:
     drafter: str = "none"
     drafter_settings: dict = field(default_factory=dict)
     lossless: bool = True  # False: a lossy drafter's tokens were emitted unverified
+    sizing: dict | None = None  # a cost-aware drafter's cost model and predicted vs achieved tokens/s
 
     @property
     def forward_calls(self) -> int:
@@ -98,6 +99,7 @@ class GenerationStats:
             "drafter": self.drafter,
             "drafter_settings": self.drafter_settings,
             "lossless": self.lossless,
+            "sizing": self.sizing,
         }
 
 
@@ -205,5 +207,8 @@ def generate(
         done = emit(drafts + [root])
     stats.new_tokens = len(new)
     stats.elapsed_seconds = time.perf_counter() - started
+    sizer = getattr(drafter, "sizer", None)
+    if sizer is not None:
+        stats.sizing = sizer.stats()
     stats.graph_seconds = engine.graph_seconds - graph0
     return GenerationResult(new, stats)

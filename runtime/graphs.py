@@ -51,11 +51,14 @@ class GraphSet:
         """Chunk size for prompts: the widest prefill graph (the widest graph if there is none)."""
         return max((e.width for e in self.entries if e.kind == "prefill"), default=self.max_width)
 
-    def entry_for(self, n: int, kind: str | None = None) -> GraphEntry:
-        """The narrowest graph with at least n slots (of `kind` if given, else any)."""
-        candidates = [e for e in self.entries if e.width >= n and (kind is None or e.kind == kind)]
+    def entry_for(self, n: int, kind: str | None = None, context: int | None = None) -> GraphEntry:
+        """The narrowest graph with at least n slots (of `kind` if given, else any) for a cache of `context`
+        positions (default: the bundle's context)."""
+        context = context or self.manifest.context
+        candidates = [e for e in self.entries if e.width >= n and (kind is None or e.kind == kind)
+                      and e.context == context]
         if not candidates:
-            widths = [e.width for e in self.entries]
+            widths = sorted({e.width for e in self.entries})
             raise BundleError(f"a block of {n} slots fits no graph of this bundle (widths {widths}); "
                               "re-export with a wider --decode-widths")
         return candidates[0]

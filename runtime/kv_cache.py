@@ -2,6 +2,11 @@
 
 The graphs read the buffers whole (no copy) and return only the new rows; the host commits the rows of
 the accepted slots by gathering them into [n_past, n_past + a).
+
+Context buckets: a bundle may hold graphs for smaller contexts too (e.g. 256 / 512 / 1024), which read a
+smaller cache. The cache then keeps one buffer set per bucket and works in the smallest that holds what it
+must (`capacity`); `reserve` moves it up a bucket with one copy of the n_past filled rows (at most once per
+bucket and sequence), `reset` moves it back down for free.
 """
 
 from __future__ import annotations
@@ -18,11 +23,18 @@ class ContextOverflowError(RuntimeError):
 
 
 class KVCache:
-    def __init__(self, num_layers: int, num_kv_heads: int, context: int, head_dim: int) -> None:
+    def __init__(self, num_layers: int, num_kv_heads: int, context: int, head_dim: int,
+                 buckets: Sequence[int] = ()) -> None:
+        if any(not 1 <= b <= context for b in buckets):
+            raise ValueError(f"context buckets must lie in [1, {context}], got {sorted(buckets)}")
         self.context = context
-        shape = (1, num_kv_heads, context, head_dim)
-        self.keys = [np.zeros(shape, dtype=np.float32) for _ in range(num_layers)]
-        self.values = [np.zeros(shape, dtype=np.float32) for _ in range(num_layers)]
+        self.buckets = sorted({*buckets, context})
+        # np.zeros pages are only touched when written: a bucket the sequence never reaches costs no memory
+        self._buffers = {c: ([np.zeros((1, num_kv_heads, c, head_dim), np.float32) for _ in range(num_layers)],
+                             [np.zeros((1, num_kv_heads, c, head_dim), np.float32) for _ in range(num_layers)])
+                         for c in self.buckets}
+        self.capacity = self.buckets[0]  # positions the current buffers hold: the graphs of this context run
+        self.keys, self.values = self._buffers[self.capacity]
         self.n_past = 0
 
     @property
@@ -32,6 +44,23 @@ class KVCache:
     def reset(self) -> None:
         # stale rows beyond n_past are masked out by the attention bias, so zeroing is not needed
         self.n_past = 0
+        self._use(self.buckets[0], copy_rows=0)
+
+    def reserve(self, count: int) -> None:
+        """Make the current buffers hold `count` more positions (as far as the context allows): move up to the
+        smallest bucket that does, copying the n_past filled rows once."""
+        needed = min(self.n_past + count, self.context)
+        if needed > self.capacity:
+            self._use(next(c for c in self.buckets if c >= needed), copy_rows=self.n_past)
+
+    def _use(self, bucket: int, copy_rows: int) -> None:
+        if bucket == self.capacity:
+            return
+        keys, values = self._buffers[bucket]
+        rows = min(copy_rows, self.capacity, bucket)  # n_past set by hand (measurements) may exceed the buffers
+        for old, new in zip(self.keys + self.values, keys + values, strict=True):
+            new[:, :, :rows] = old[:, :, :rows]
+        self.capacity, self.keys, self.values = bucket, keys, values
 
     def truncate(self, n_past: int) -> None:
         """Forget everything after the first `n_past` positions (e.g. to reuse a shared chat prefix)."""
@@ -59,6 +88,7 @@ class KVCache:
         slots = np.asarray(slots, dtype=np.int64)
         count = int(slots.shape[0])
         self.ensure_room(count)
+        self.reserve(count)
         start, end = self.n_past, self.n_past + count
         for cache_k, cache_v, k, v in zip(self.keys, self.values, new_keys, new_values, strict=True):
             cache_k[:, :, start:end] = k[:, :, slots]

@@ -8,9 +8,20 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
-python -c "import llama_cpp" 2>/dev/null || {
-  echo "== building llama-cpp-python (about 10 minutes)"
-  python -m pip install -q -e '.[bench-peers]'
+# llama.cpp's default native build (-march=native) compiles in AMX tile code on CPUs that report AMX, and a VM
+# that does not grant AMX to processes then dies with SIGILL on the first matrix product (seen on this project's
+# machines). So the x86 build enables the instruction sets /proc/cpuinfo reports, AMX never.
+if [ -z "${CMAKE_ARGS:-}" ] && [ -r /proc/cpuinfo ] && grep -qw avx2 /proc/cpuinfo; then
+  flags="-DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+  for pair in avx:AVX avx2:AVX2 fma:FMA f16c:F16C bmi2:BMI2 avx512f:AVX512 avx512_vnni:AVX512_VNNI \
+              avx512_bf16:AVX512_BF16 avx_vnni:AVX_VNNI; do
+    if grep -qw "${pair%%:*}" /proc/cpuinfo; then flags="$flags -DGGML_${pair##*:}=ON"; fi
+  done
+  export CMAKE_ARGS="$flags"
+fi
+python -c "from llama_cpp import Llama" 2>/dev/null || {
+  echo "== building llama-cpp-python (about 10 minutes; CMAKE_ARGS=${CMAKE_ARGS:-})"
+  python -m pip install -q --no-cache-dir -e '.[bench-peers]'
 }
 if ! .venv-optimum/bin/python -c "import optimum.onnxruntime" 2>/dev/null; then
   echo "== creating .venv-optimum (optimum-onnx 0.1.0, transformers 4.57, torch 2.13.0 CPU)"

@@ -65,10 +65,19 @@ def server(bundle):
 
 @pytest.fixture(scope="session")
 def smollm2_bundle() -> Path:
-    """The embedded default model's bundle (exported into the mtpedge cache on first use)."""
+    """The embedded default model's default bundle, the fast one that generate/chat/serve/bench use
+    (exported into the mtpedge cache on first use)."""
     from mtpedge.bundles import ensure_bundle
 
     return ensure_bundle(None, None, 1024)
+
+
+@pytest.fixture(scope="session")
+def smollm2_float_bundle() -> Path:
+    """The embedded default model's float32 bundle: parity with the PyTorch reference and transformers."""
+    from mtpedge.bundles import ensure_bundle
+
+    return ensure_bundle(None, None, 1024, precision="float32")
 
 
 @pytest.fixture(scope="session")

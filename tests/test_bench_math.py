@@ -197,3 +197,52 @@ def test_roofline_counts_for_a_small_config():
     ceilings = Ceilings(flops_per_s=1e9, bytes_per_s=1e9, how="test")
     assert ceilings.seconds(CallCost(2e9, 1e9)) == 2.0 and ceilings.bound(CallCost(2e9, 1e9)) == "compute"
     assert ceilings.bound(CallCost(1e9, 3e9)) == "memory"
+
+
+def test_ratios_against_llama_cpp_pair_the_same_turns():
+    rows = [
+        _row(1, "writing", 1, "none", 11, 10.0),
+        _row(1, "writing", 2, "none", 11, 20.0),
+        _row(1, "writing", 1, "hybrid", 11, 30.0),
+        _row(1, "writing", 2, "hybrid", 11, 30.0),
+        _row(1, "writing", 1, "llama.cpp", 11, 20.0),  # turn 2 not run by the peer: not compared
+    ]
+    s = summarize(rows)
+    assert s["hybrid"][OVERALL]["vs_reference_peer"] == pytest.approx(30.0 / 20.0)
+    assert s["none"][OVERALL]["vs_reference_peer"] == pytest.approx(10.0 / 20.0)
+    assert summarize(rows[:4])["hybrid"][OVERALL]["vs_reference_peer"] is None  # no llama.cpp in the run
+
+
+def test_skip_leaves_out_the_first_questions_of_each_category():
+    questions = parse_questions(LINES)
+    assert [q.question_id for q in select_questions(questions, skip=1)] == [2, 4]
+    assert [q.question_id for q in select_questions(questions, limit=1, skip=1)] == [2]
+    assert select_questions(questions, skip=3) == []
+    with pytest.raises(QuestionFileError, match="--skip"):
+        select_questions(questions, skip=-1)
+
+
+def test_runs_at_several_thread_counts_are_summarised_side_by_side():
+    from mtpedge.bench.threads import side_by_side, threads_markdown
+
+    def doc(threads, tps):
+        rows = [_row(1, "writing", 1, "none", 11, tps), _row(1, "writing", 1, "llama.cpp", 11, 2 * tps)]
+        return {"settings": {"threads": threads, "bundle_name": "m", "questions_run": 1, "selection": "s",
+                             "max_new_tokens": 8},
+                "machine": {"load_average_at_start": 1.0},
+                "methods": [{"name": "none", "status": "ran"}, {"name": "llama.cpp", "status": "ran"}],
+                "summary": summarize(rows)}
+
+    docs = [doc(1, 10.0), doc(2, 16.0)]
+    table = side_by_side(docs)
+    assert table["none"][2]["tokens_per_s"] == 16.0 and table["none"][1]["vs_reference_peer"] == pytest.approx(0.5)
+    md = threads_markdown(docs, ["threads-1", "threads-2"])
+    assert "| none | – | 10.0 | 1.00 | 0.50 | – | 16.0 | 1.00 | 0.50 |" in md  # τ: these rows carry no calls
+    assert "[2 thread(s)](threads-2/bench.md)" in md
+
+
+def test_weight_bytes_read_precision_labels():
+    from mtpedge.bench.roofline import weight_bytes
+
+    assert weight_bytes("float32") == 4.0 and weight_bytes("int4-b32+out:int8") == 0.5
+    assert weight_bytes("gguf-a4-down0") == weight_bytes("gguf") == 20 / 32 and weight_bytes("qdq-a16w8") == 1.0

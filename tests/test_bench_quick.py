@@ -158,3 +158,17 @@ def test_first_turns_of_spread_questions_and_an_interleaved_sweep_of_two_bundles
     assert {r["bundle"] for r in records} == {str(llama), str(qwen)} and all(r["repeats"] == 3 for r in records)
     lookup = doc["summary"]["lookup"]["overall"]
     assert lookup["graph_ms_per_call"] > 0 and lookup["host_ms_per_call"] > 0
+
+
+def test_bench_at_two_thread_counts_writes_a_run_each_and_a_side_by_side_summary(tiny_bundle, tmp_path):
+    out = tmp_path / "threads"
+    code = main(["bench", "--bundle", str(tiny_bundle("llama")), "--quick", "--out", str(out), "--threads", "1,2",
+                 "--methods", "none,lookup", "--no-sweep", "--no-plots"])
+    assert code == 0
+    assert sorted(p.name for p in out.iterdir()) == ["bench.json", "bench.md", "threads-1", "threads-2"]
+    for threads in (1, 2):
+        doc = json.loads((out / f"threads-{threads}" / "bench.json").read_text())
+        assert doc["settings"]["threads"] == threads and validate_report(doc) == []
+    summary = json.loads((out / "bench.json").read_text())
+    assert summary["runs"] == ["threads-1", "threads-2"] and set(summary["side_by_side"]["lookup"]) == {"1", "2"}
+    assert "| method | τ @1 | tok/s @1 |" in (out / "bench.md").read_text()

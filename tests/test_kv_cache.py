@@ -60,3 +60,25 @@ def test_reset_and_truncate():
         cache.truncate(2)
     cache.reset()
     assert cache.n_past == 0
+
+
+def test_buckets_move_up_with_the_filled_rows_and_back_down_on_reset():
+    cache = KVCache(num_layers=2, num_kv_heads=1, context=16, head_dim=2, buckets=(4, 8))
+    assert cache.buckets == [4, 8, 16] and cache.capacity == 4
+    keys, values = block(2, 1, 4, 2, offset=0)
+    cache.commit_accepted_kv(keys, values, [0, 1, 2])
+    assert cache.capacity == 4 and cache.graph_inputs()["past_key_0"].shape == (1, 1, 4, 2)
+    cache.commit_accepted_kv(keys, values, [3, 2])  # 5 positions: the 8 bucket
+    assert cache.capacity == 8 and cache.graph_inputs()["past_value_1"].shape == (1, 1, 8, 2)
+    np.testing.assert_array_equal(cache.keys[1][0, 0, :5, 0], [100, 101, 102, 103, 102])
+    np.testing.assert_array_equal(cache.values[0][0, 0, :5, 0], [0, -1, -2, -3, -2])
+    cache.reserve(100)  # more than the context: the largest bucket, no error (commit checks the room)
+    assert cache.capacity == 16
+    np.testing.assert_array_equal(cache.keys[0][0, 0, :5, 0], [0, 1, 2, 3, 2])
+    cache.reset()
+    assert cache.capacity == 4 and cache.n_past == 0
+
+
+def test_buckets_outside_the_context_are_refused():
+    with pytest.raises(ValueError, match=r"buckets must lie in \[1, 8\]"):
+        KVCache(num_layers=1, num_kv_heads=1, context=8, head_dim=2, buckets=(4, 16))

@@ -81,6 +81,25 @@ def test_export_attaches_masks_and_hybrid_uses_them_losslessly(tmp_path, tiny):
             assert drafted.token_ids == plain.token_ids
 
 
+def test_masks_attach_to_a_quantized_bundle_too_but_not_to_qdq(tmp_path, tiny):
+    from mtpedge.export.qdq import QdqConfig
+    from mtpedge.export.quantize_bundle import QuantConfig
+
+    path = save_masks_file(tmp_path / "m.npz", masks_for(tiny))
+    int8 = QuantConfig("int8", block_size=16, quality_report=False)
+    config = ExportConfig(context=64, prefill_width=16, decode_widths=(1, 8), check_parity=False,
+                          learned_masks=str(path), quantization=int8)
+    engine = Engine.load(export_bundle(tiny, tmp_path / "q", config))
+    assert engine.manifest.graphs[0].precision == "int8-b16" and engine.manifest.extras["mtp"]["k"] == 1
+    drafter = make_drafter("hybrid", engine, width=8)
+    assert np.array_equal(drafter.probe.masks.learned, masks_for(tiny).masks)
+    prompt = list(range(3, 20)) * 2
+    assert (generate(engine, prompt, 24, stop_token_ids=set(), drafter=drafter).token_ids
+            == generate(engine, prompt, 24, stop_token_ids=set()).token_ids)
+    with pytest.raises(ValueError, match="not QDQ"):
+        ExportConfig(learned_masks=str(path), quantization=QdqConfig())
+
+
 def test_auto_attaches_nothing_to_other_weights_and_none_is_none(tmp_path, tiny):
     for choice in ("auto", "none"):
         config = ExportConfig(context=64, prefill_width=16, decode_widths=(1,), check_parity=False,
@@ -126,7 +145,7 @@ def test_a_cached_default_bundle_without_the_shipped_masks_is_re_exported(tmp_pa
     monkeypatch.setattr(bundles, "read_manifest",  # only the fields the check reads
                         lambda folder: SimpleNamespace(**json.loads((folder / "manifest.json").read_text())))
     shipped_sha = load_masks_file(DEFAULT_MASKS).source_sha256
-    folder = bundles.default_bundle_dir(None, 1024)
+    folder = bundles.default_bundle_dir(None, 1024, bundles.FAST_LABEL)  # the default bundle
     _fake_default_bundle(folder, None, shipped_sha)  # exported before the masks shipped
     said = []
     assert bundles.ensure_bundle(None, None, 1024, say=said.append) == folder
@@ -135,7 +154,7 @@ def test_a_cached_default_bundle_without_the_shipped_masks_is_re_exported(tmp_pa
     assert bundles.ensure_bundle(None, None, 1024, say=said.append) == folder and exported == [folder]  # reused
     _fake_default_bundle(folder, None, "f" * 64)  # default weights the shipped masks were not trained for
     assert bundles.ensure_bundle(None, None, 1024, say=said.append) == folder and exported == [folder]
-    other = bundles.default_bundle_dir(str(tmp_path / "other.gguf"), 1024)
+    other = bundles.default_bundle_dir(str(tmp_path / "other.gguf"), 1024, bundles.FAST_LABEL)
     _fake_default_bundle(other, None, shipped_sha)  # another model's bundle never had shipped masks to miss
     assert bundles.ensure_bundle(None, str(tmp_path / "other.gguf"), 1024, say=said.append) == other
     assert exported == [folder]

@@ -224,16 +224,16 @@ def test_export_cli_quantizes_with_the_precision_option(tiny_model_dir, tmp_path
 
 
 @pytest.mark.slow
-def test_smollm2_gguf_grid_keeps_the_float_argmax(smollm2_bundle, tmp_path):
+def test_smollm2_gguf_grid_keeps_the_float_argmax(smollm2_float_bundle, tmp_path):
     """The real Q4_1 + Q8_0 GGUF: every MatMul found in the file (q/k rows permuted by the loader), top-1 kept."""
     from mtpedge.export.quality import sequence_logits
     from mtpedge.models.held_text import HELD_TEXT
     from mtpedge.models.loading import default_model_path
 
     config = QuantConfig(weights="gguf", quality_report=False)
-    out = quantize_bundle(smollm2_bundle, tmp_path / "q", config, default_model_path())
+    out = quantize_bundle(smollm2_float_bundle, tmp_path / "q", config, default_model_path())
     assert read_manifest(out).extras["quantization"]["tensors"] == {"gguf:Q4_1": 210, "gguf:Q8_0": 1}
-    float_engine = Engine.load(smollm2_bundle)
+    float_engine = Engine.load(smollm2_float_bundle)
     ids = float_engine.tokenizer.encode(HELD_TEXT)[:128]
     ref = sequence_logits(float_engine, ids)
     del float_engine

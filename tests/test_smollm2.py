@@ -15,24 +15,24 @@ from .spec_bench import short_questions
 pytestmark = pytest.mark.slow
 
 
-def test_graphs_match_the_reference(smollm2_bundle, smollm2_model):
-    manifest = read_manifest(smollm2_bundle)
+def test_graphs_match_the_reference(smollm2_float_bundle, smollm2_model):
+    manifest = read_manifest(smollm2_float_bundle)
     for graph in manifest.graphs:
         for n_past in (0, 100):
-            result = graph_parity(smollm2_model.decoder, smollm2_bundle / graph.file,
+            result = graph_parity(smollm2_model.decoder, smollm2_float_bundle / graph.file,
                                   manifest.graph_shape(graph.width), n_past)
             # 30 float32 layers in two kernels: absolute error grows with logit size (~35); relative stays ~1e-5
             assert result["max_rel"] < 1e-4, (graph.name, result)
             assert result["argmax_agree"] == 1.0, (graph.name, result)
 
 
-def test_greedy_text_equals_transformers_generate_on_20_prompts(smollm2_bundle, smollm2_model):
+def test_greedy_text_equals_transformers_generate_on_20_prompts(smollm2_float_bundle, smollm2_model):
     from transformers import AutoModelForCausalLM
 
     model_path = smollm2_model.source
     hf = AutoModelForCausalLM.from_pretrained(model_path.parent, gguf_file=model_path.name,
                                               dtype=torch.float32).eval()
-    engine = Engine.load(smollm2_bundle)
+    engine = Engine.load(smollm2_float_bundle)
     prompts = [q.turns[0] for q in short_questions(per_category=2, max_chars=400)][:20]
     assert len(prompts) == 20
     stops = sorted(engine.stop_token_ids)

@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # the drafter registry is read for help text, so it must not 
     from ..engine import Engine
     from ..graphs import GraphOutput
     from ..tree import DraftTree
+    from ..tree_sizing import StepSizer
 
 NONE = "none"  # plain decoding: no drafter
 
@@ -50,6 +51,10 @@ class Drafter(Protocol):
     lossy: ClassVar[bool] = False
     settings: dict  # the resolved settings, recorded in the stats
     lora_on_slots: bool = False  # gate 1 at SLOT nodes (an adapter's learned masks), 0 at token nodes
+    # a drafter that sizes its trees from the engine's cost table (tree_sizing.StepSizer) says so (`sized`), so
+    # that a caller measures the table only when it is read; its predicted vs achieved tokens/s go into the stats
+    sized: ClassVar[bool] = False
+    sizer: StepSizer | None = None
 
     def start(self, engine: Engine, prompt_ids: Sequence[int]) -> None:
         """A new generation begins (called before the prompt runs)."""
@@ -220,6 +225,15 @@ def describe(registry: Mapping[str, type]) -> str:
             lines.append(f"    {key}={values} (default {default}): {f.metadata.get('help', '')}")
     lines.append("spec: NAME[:KEY=VALUE]..., e.g. hybrid:width=32:masks=2")
     return "\n".join(lines)
+
+
+def sizer_for(engine: Engine) -> StepSizer | None:
+    """A StepSizer over the engine's cost table, or None when the engine has none (trees fill their width)."""
+    if engine.cost_table is None:
+        return None
+    from ..tree_sizing import StepSizer
+
+    return StepSizer(engine.cost_table)
 
 
 def width_for(engine: Engine, width: int) -> int:

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..tree import DraftTree
-from ..tree_build import concat_pools, mask_pool, select_tree, softmax_rows
-from .base import Drafter, option, width_for
+from ..tree_build import concat_pools, mask_pool, select_tree, select_tree_scored, softmax_rows
+from .base import Drafter, option, sizer_for, width_for
 from .esp import MaskOptions, MaskProbe
 from .lookup import NgramSource
 
@@ -58,12 +58,15 @@ class HybridDrafter(Drafter):
 
     name = "hybrid"
     Options = HybridOptions
+    sized = True
 
     def __init__(self, engine: Engine, options: HybridOptions) -> None:
         config = options.mask_config(engine)
         self.probe = MaskProbe(engine, config)
         self.lora_on_slots = self.probe.lora_on_slots
         self.width = width_for(engine, options.width)
+        self.k = options.masks
+        self.sizer = sizer_for(engine)
         self.nodes = self.width // (options.masks + 1)  # token nodes (root included), each with its masks
         if self.nodes < 1:
             raise ValueError(f"a width of {self.width} slots cannot hold a root and its {options.masks} mask slot(s)")
@@ -82,10 +85,17 @@ class HybridDrafter(Drafter):
         pools = [lookup_pool]
         if self.probe.forecast is not None:
             pools.append(mask_pool(softmax_rows(self.probe.forecast), self.nodes - 1, root))
-        tokens, parents, chosen = select_tree(*concat_pools(*pools), self.nodes)
+        pool = concat_pools(*pools)
+        nodes = self.nodes
+        if self.sizer is not None:  # only the candidates that pay for the wider call they (and their masks) need
+            scores = select_tree_scored(*pool, nodes)[3]
+            nodes = 1 + self.sizer.size(scores[1:], self.k + 1, self.k + 1).candidates
+        tokens, parents, chosen = select_tree(*pool, nodes)
         self._from_lookup = chosen < lookup_pool[0].shape[0]  # lookup entries come first in the pool
         return self.probe.finish_tree(tokens, parents)
 
     def observe(self, tree: DraftTree, out: GraphOutput, path: list[int]) -> None:
         self.lookup.record(tree, self._from_lookup, path)
         self.probe.observe(tree, self._from_lookup.shape[0], out, path)
+        if self.sizer is not None:
+            self.sizer.observe(len(path) - 1, out.seconds)

@@ -16,8 +16,8 @@ import numpy as np
 from ..acceptance import DepthRates
 from ..ngram import ngram_continuations
 from ..tree import DraftTree, node_depths
-from ..tree_build import chain_pool, select_tree
-from .base import Drafter, option, width_for
+from ..tree_build import chain_pool, select_tree, select_tree_scored
+from .base import Drafter, option, sizer_for, width_for
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -70,9 +70,11 @@ class LookupDrafter(Drafter):
 
     name = "lookup"
     Options = LookupOptions
+    sized = True
 
     def __init__(self, engine: Engine, options: LookupOptions) -> None:
         self.budget = width_for(engine, options.width)
+        self.sizer = sizer_for(engine)
         self.source = NgramSource(options.max_ngram, options.min_ngram, max(1, self.budget - 1), options.branches)
         self.settings = {"drafter": self.name, "width": self.budget, "max_ngram": options.max_ngram,
                          "min_ngram": options.min_ngram, "branches": options.branches}
@@ -81,8 +83,15 @@ class LookupDrafter(Drafter):
         self.source.rates.reset()
 
     def propose(self, context_ids: Sequence[int], root: int) -> tuple[DraftTree, None]:
-        tokens, parents, _ = select_tree(*self.source.pool(context_ids, root), self.budget)
+        pool = self.source.pool(context_ids, root)
+        budget = self.budget
+        if self.sizer is not None:  # only the candidates that pay for the wider call they need
+            scores = select_tree_scored(*pool, budget)[3]
+            budget = 1 + self.sizer.size(scores[1:]).candidates
+        tokens, parents, _ = select_tree(*pool, budget)
         return DraftTree(tokens, parents), None
 
     def observe(self, tree: DraftTree, out: GraphOutput, path: list[int]) -> None:
         self.source.record(tree, np.ones(len(tree), dtype=bool), path)
+        if self.sizer is not None:
+            self.sizer.observe(len(path) - 1, out.seconds)

@@ -114,6 +114,9 @@ public final class Manifest {
             for (Object g : JsonValues.arrayField(data, "graphs", where)) {
                 Map<String, Object> m = JsonValues.object(g, "manifest.graphs[]");
                 String w = "graph " + m.get("name");
+                if (JsonValues.intField(m, "context", w) < context) {
+                    continue;  // a smaller context bucket (CPU bundles): this engine runs the full-context graphs
+                }
                 graphs.add(new GraphEntry(JsonValues.stringField(m, "name", w), JsonValues.stringField(m, "file", w),
                         JsonValues.stringField(m, "kind", w), JsonValues.intField(m, "width", w),
                         JsonValues.intField(m, "context", w),

@@ -15,6 +15,15 @@ public class ManifestTest {
         Check.throwsError(BundleException.class, () -> m.entryFor(65), "65 slots");
     }
 
+    public void testRunsTheFullContextGraphsOfABundleWithContextBuckets() {
+        String real = Golden.text("manifest_smollm2.json");
+        String bucket = "{\"name\":\"decode_ar16_cl256\",\"file\":\"decode_ar16_cl256.onnx\",\"kind\":\"decode\","
+                + "\"width\":16,\"context\":256,\"precision\":\"float32\"},";
+        Manifest m = Manifest.parse(real.replaceFirst("\"graphs\":\\[", "\"graphs\":[" + bucket));
+        Check.equal("decode_ar16_cl1024", m.entryFor(2).name, "graph for 2 slots");
+        Check.equal(1024, m.context, "context");
+    }
+
     public void testRefusesOtherVersionsAndFormats() {
         String real = Golden.text("manifest_smollm2.json");
         BundleException err = Check.throwsError(BundleException.class,

@@ -1,0 +1,123 @@
+"""A bundle's cost table measured on this machine, once per bundle + machine, and cached.
+
+    table = cost_table_for(engine, cache_dir)              # cached measurement, or a new one (~1-3 s)
+    table = cost_table_for(engine, cache_dir, refresh=True)  # measure again
+
+The cache file is keyed by the bundle (SHA-256 of its manifest: another export is another bundle) and by the
+machine (CPU model, cores, onnxruntime version, providers, threads): `<cache_dir>/<bundle>-<machine>.json`, in
+the file form of `cost_table.CostTable`. A cache folder that cannot be written is not an error: the table is
+measured in memory and the caller is told.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from .bundle import MANIFEST
+from .cost_table import CostTable, CostTableError, decode_widths
+from .engine import Engine
+
+REPEATS = 10
+WARMUP = 2
+
+
+def machine_description(engine: Engine) -> str:
+    """What a call's cost depends on besides the bundle, in words (the cost table's `device`)."""
+    import onnxruntime
+
+    threads = engine.graphs.threads or "default"
+    providers = ",".join(p if isinstance(p, str) else p[0] for p in engine.graphs.providers)
+    return (f"{_cpu_model()}, {os.cpu_count()} cores, {platform.machine()}, onnxruntime {onnxruntime.__version__} "
+            f"{providers}, {threads} threads")
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def cache_file(engine: Engine, cache_dir: Path) -> Path:
+    bundle = hashlib.sha256((engine.folder / MANIFEST).read_bytes()).hexdigest()[:16]
+    machine = hashlib.sha256(machine_description(engine).encode()).hexdigest()[:12]
+    return cache_dir / f"{bundle}-{machine}.json"
+
+
+def measure_cost_table(engine: Engine, repeats: int = REPEATS, warmup: int = WARMUP) -> CostTable:
+    """Median seconds of a call of each decode width at the bundle's full context (chain blocks; a static
+    graph's cost does not depend on the tree, the tokens or how full the cache is; smaller context buckets
+    cost less, so the table errs on the side of small trees). The engine's n_past and counters are kept."""
+    n_past, calls, seconds = engine.cache.n_past, engine.graph_calls, engine.graph_seconds
+    measured = {}
+    try:
+        for width in decode_widths(engine.manifest):
+            engine.cache.n_past = max(0, engine.context - width)  # the full-context graphs run
+            embeds = np.zeros((width, engine.config.hidden_size), np.float32)
+            chain = np.arange(-1, width - 1)
+            for _ in range(warmup):
+                engine.run_block(embeds, chain)
+            measured[width] = statistics.median(engine.run_block(embeds, chain).seconds for _ in range(repeats))
+    finally:
+        engine.cache.n_past, engine.graph_calls, engine.graph_seconds = n_past, calls, seconds
+    m = engine.manifest
+    return CostTable(measured, m.model_name, m.source_sha256, m.context, machine_description(engine), "measured")
+
+
+def cost_table_for(engine: Engine, cache_dir: Path | None, refresh: bool = False,
+                   say: Callable[[str], None] = print) -> CostTable:
+    """The cached table of this bundle on this machine, or a new measurement (saved when the folder allows)."""
+    path = cache_file(engine, cache_dir) if cache_dir is not None else None
+    if path is not None and path.is_file() and not refresh:
+        try:
+            table = CostTable.load(path)
+            problem = table.check(engine.manifest)
+            if problem is None:
+                return table
+            say(f"the cached cost table {path} does not fit this bundle ({problem}): measuring again")
+        except CostTableError as err:
+            say(f"{err}: measuring again")
+    table = measure_cost_table(engine)
+    if path is not None:
+        try:
+            table.save(path)
+        except OSError as err:
+            say(f"cannot save the cost table in {cache_dir} ({err.strerror or err}): measured in memory for this run; "
+                "set MTPEDGE_CACHE to a writable folder to keep it")
+    return table
+
+
+COST_MODELS = ("measured", "flat")
+
+
+def cost_table_from_option(engine: Engine, option: str, cache_dir: Path | None, refresh: bool = False,
+                           say: Callable[[str], None] = print) -> CostTable:
+    """The table `--cost-model measured|flat|FILE` asks for. A file that cannot be read or belongs to another
+    bundle is named, and the table measured here is used instead: decoding never stops for a cost table."""
+    manifest = engine.manifest
+    if len(decode_widths(manifest)) == 1:
+        say(f"the bundle has a single decode width ({decode_widths(manifest)[0]}): draft trees cannot be sized "
+            "(they fill that width); export with --decode-widths 1,16 (or more widths) to let them")
+    if option == "flat":
+        return CostTable.flat(manifest)
+    if option == "measured":
+        return cost_table_for(engine, cache_dir, refresh, say)
+    try:
+        table = CostTable.load(option)
+        problem = table.check(manifest)
+    except CostTableError as err:
+        problem = str(err)
+    if problem is None:
+        return table
+    say(f"{problem}: using the cost table measured on this machine instead")
+    return cost_table_for(engine, cache_dir, refresh, say)

@@ -1,0 +1,104 @@
+"""A bundle's cost table, measured once per bundle + machine and cached; bad caches fall back with a message."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from mtpedge.runtime.cost_measure import cache_file, cost_table_for, measure_cost_table
+from mtpedge.runtime.cost_table import decode_widths
+from mtpedge.runtime.engine import Engine
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_bundle):
+    return Engine.load(tiny_bundle("llama"), threads=1)
+
+
+def test_measures_every_decode_width_and_leaves_the_engine_as_it_was(engine):
+    engine.cache.n_past = 5
+    calls = engine.graph_calls
+    table = measure_cost_table(engine, repeats=2, warmup=1)
+    assert sorted(table.seconds) == decode_widths(engine.manifest)
+    assert table.check(engine.manifest) is None and table.origin == "measured"
+    assert "onnxruntime" in table.device and "1 threads" in table.device
+    assert (engine.cache.n_past, engine.graph_calls) == (5, calls)
+    engine.reset()
+
+
+def test_cached_once_then_read_back_until_refreshed(engine, tmp_path):
+    said = []
+    first = cost_table_for(engine, tmp_path, say=said.append)
+    path = cache_file(engine, tmp_path)
+    assert path.is_file() and not said
+    assert cost_table_for(engine, tmp_path, say=said.append) == first  # read back: the same figures
+    os.utime(path, (0, 0))
+    again = cost_table_for(engine, tmp_path, refresh=True, say=said.append)
+    assert path.stat().st_mtime > 0 and again.check(engine.manifest) is None and not said
+
+
+def test_a_corrupt_or_foreign_cache_file_is_measured_again(engine, tmp_path):
+    path = cache_file(engine, tmp_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("{not json")
+    said = []
+    table = cost_table_for(engine, tmp_path, say=said.append)
+    assert table.check(engine.manifest) is None
+    assert "not readable JSON" in said[0] and "measuring again" in said[0]
+
+
+def test_an_unwritable_cache_folder_measures_in_memory_with_a_message(engine, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where the cache folder should be")
+    said = []
+    table = cost_table_for(engine, blocker / "costs", say=said.append)
+    assert table.check(engine.manifest) is None
+    assert "measured in memory" in said[0] and "MTPEDGE_CACHE" in said[0]
+
+
+def test_cost_model_option_flat_measured_or_a_file(engine, tmp_path):
+    from mtpedge.runtime.cost_measure import cost_table_from_option
+    from mtpedge.runtime.cost_table import CostTable
+
+    said = []
+    assert cost_table_from_option(engine, "flat", tmp_path, say=said.append).origin == "flat"
+    assert cost_table_from_option(engine, "measured", tmp_path, say=said.append).origin == "measured"
+    m = engine.manifest
+    mine = CostTable({w: 0.01 * w for w in decode_widths(m)}, m.model_name, m.source_sha256, m.context, "npu", "x")
+    mine.save(tmp_path / "mine.json")
+    assert cost_table_from_option(engine, str(tmp_path / "mine.json"), tmp_path, say=said.append) == mine
+    assert not said
+    CostTable({1: 0.01}, "other", "f" * 64, 64, "d", "x").save(tmp_path / "other.json")
+    CostTable({1: 0.01}, m.model_name, m.source_sha256, m.context, "d", "x").save(tmp_path / "partial.json")
+    for name, words in (("other.json", "made for other"), ("partial.json", "lacks the bundle's decode widths"),
+                        ("missing.json", "does not exist")):
+        said.clear()
+        table = cost_table_from_option(engine, str(tmp_path / name), tmp_path, say=said.append)
+        assert table.origin == "measured" and table.check(m) is None  # decoding goes on with a measured table
+        assert words in said[0] and "measured on this machine instead" in said[0]
+
+
+def test_a_bundle_with_a_single_decode_width_is_named(tiny_model_dir, tmp_path):
+    from mtpedge.export.bundle_writer import ExportConfig, export_bundle
+    from mtpedge.runtime.cost_measure import cost_table_from_option
+
+    folder = export_bundle(tiny_model_dir("llama"), tmp_path / "one", ExportConfig(
+        context=64, prefill_width=8, decode_widths=(1,), check_parity=False))
+    said = []
+    table = cost_table_from_option(Engine.load(folder, threads=1), "measured", tmp_path / "costs", say=said.append)
+    assert sorted(table.seconds) == [1] and "single decode width" in said[0] and "--decode-widths" in said[0]
+
+
+def test_measuring_a_bucketed_bundle_runs_the_full_context_graphs(tiny_model_dir, tmp_path):
+    from mtpedge.export.bundle_writer import ExportConfig, export_bundle
+
+    folder = export_bundle(tiny_model_dir("llama"), tmp_path / "b", ExportConfig(
+        context=64, context_buckets=(32,), prefill_width=16, decode_widths=(1, 8), check_parity=False))
+    engine = Engine.load(folder, threads=1)
+    used = []
+    run = engine.graphs.run
+    engine.graphs.run = lambda entry, feeds, n: used.append(entry.name) or run(entry, feeds, n)
+    table = measure_cost_table(engine, repeats=1, warmup=0)
+    assert sorted(table.seconds) == [1, 8] and used == ["decode_ar1_cl64", "decode_ar8_cl64"]
+    assert engine.cache.n_past == 0

@@ -1,0 +1,115 @@
+"""The fast bundle is the default: which bundle a command gets without --bundle, and that it keeps quality."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import mtpedge.bundles as bundles
+from mtpedge.export.quantize_bundle import FAST
+
+
+def test_the_fast_label_is_the_fast_config_s(tmp_path):
+    assert FAST.label == bundles.FAST_LABEL
+    assert FAST.weights == "gguf"
+
+
+configs = []
+
+
+def _fake_export(exported):
+    def export(model, folder, config, progress):
+        exported.append((model, folder.name, config.quantization, config.mtp_adapter))
+        configs.append(config)
+        folder.mkdir(parents=True)
+        (folder / "manifest.json").write_text(json.dumps({"extras": {"mtp": {"masks_file": "m.npy"}}}))
+    return export
+
+
+def test_without_a_bundle_a_gguf_model_gets_the_fast_bundle_and_float32_is_one_flag_away(tmp_path, monkeypatch):
+    import mtpedge.export.bundle_writer as writer
+
+    monkeypatch.setenv("MTPEDGE_CACHE", str(tmp_path))
+    exported = []
+    monkeypatch.setattr(writer, "export_bundle", _fake_export(exported))
+    monkeypatch.setattr(bundles, "_lacks_shipped_masks", lambda folder: False)
+    fast = bundles.ensure_bundle(None, None, 1024, say=lambda _: None)
+    assert fast.name == f"SmolLM2-135M-Instruct-cl1024-{bundles.FAST_LABEL}"
+    assert exported == [(None, fast.name, FAST, None)]
+    assert configs[-1].decode_widths == bundles.FAST_DECODE_WIDTHS and configs[-1].context_buckets == (256, 512)
+    assert bundles.ensure_bundle(None, None, 1024, say=lambda _: None) == fast and len(exported) == 1  # cached
+    float32 = bundles.ensure_bundle(None, None, 1024, say=lambda _: None, precision="float32")
+    assert float32.name == "SmolLM2-135M-Instruct-cl1024" and exported[-1][2] is None
+    gguf = str(tmp_path / "other.gguf")
+    assert bundles.ensure_bundle(None, gguf, 512, say=lambda _: None).name.endswith(f"-cl512-{bundles.FAST_LABEL}")
+    hf = bundles.ensure_bundle(None, str(tmp_path / "hf-folder"), 512, say=lambda _: None)
+    assert hf.name.endswith("-cl512") and exported[-1][2] is None  # no grid to keep: float32
+    mtp = bundles.ensure_bundle(None, None, 1024, say=lambda _: None, mtp=True)
+    assert mtp.name.endswith("-mtp") and exported[-1][2:] == (None, "default")  # adapter graphs stay float32
+    with pytest.raises(ValueError, match="choose one of auto, float32"):
+        bundles.ensure_bundle(None, None, 1024, precision="int3")
+
+
+def test_export_auto_of_a_gguf_is_the_fast_config():
+    import argparse
+
+    from mtpedge.export_cmd import add_arguments, quant_config
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert quant_config(parser.parse_args([]), is_gguf=True) == FAST
+    assert quant_config(parser.parse_args(["--no-quality-report"]), is_gguf=True).accuracy_level == FAST.accuracy_level
+    assert quant_config(parser.parse_args([]), is_gguf=False) is None
+    assert quant_config(parser.parse_args(["--precision", "gguf"]), is_gguf=True).accuracy_level == 0  # exact grid
+
+
+@pytest.mark.slow
+def test_the_default_bundle_keeps_quality_and_carries_the_learned_masks(smollm2_bundle):
+    """The issue's gate, from the quality report export wrote: top-1 >= 97% and perplexity within 1% of float32."""
+    from mtpedge.runtime.bundle import read_manifest
+
+    manifest = read_manifest(smollm2_bundle)
+    assert {g.precision for g in manifest.graphs} == {bundles.FAST_LABEL}
+    quality = manifest.extras["quality"]
+    assert quality["top1_agreement"] >= 0.97
+    ppl = quality["perplexity"]
+    assert abs(ppl["quantized"] / ppl["float32"] - 1) <= 0.01
+    assert manifest.extras["mtp"]["masks_file"] and (smollm2_bundle / manifest.extras["mtp"]["masks_file"]).is_file()
+
+
+def test_float_activation_roles_keep_those_matmuls_at_accuracy_level_0(tiny_bundle, tmp_path):
+    import onnx
+
+    from mtpedge.export.quantize_bundle import QuantConfig, quantize_bundle
+
+    config = QuantConfig("int4", block_size=16, accuracy_level=4, float_activation_roles=("down_proj",),
+                         quality_report=False)
+    assert config.label == "int4-b16-a4-down0"
+    out = quantize_bundle(tiny_bundle("llama"), tmp_path / "q", config)
+    model = onnx.load(str(out / "decode_ar1_cl256.onnx"), load_external_data=False)
+    levels = {n.name: next(a.i for a in n.attribute if a.name == "accuracy_level")
+              for n in model.graph.node if n.op_type == "MatMulNBits"}
+    assert levels and all((level == 0) == ("down_proj" in name) for name, level in levels.items())
+    assert any("down_proj" in name for name in levels)
+
+
+def test_export_auto_gets_the_fast_buckets_and_an_adapter_stays_float32(tmp_path, monkeypatch):
+    import mtpedge.export.bundle_writer as writer
+    from mtpedge.main import main
+
+    seen = []
+    monkeypatch.setattr(writer, "export_bundle", lambda model, out, config, progress: seen.append((out, config)))
+    gguf = str(tmp_path / "m.gguf")
+    assert main(["export", gguf, "--out", str(tmp_path / "a")]) == 0
+    assert seen[-1][1].context_buckets == (256, 512) and seen[-1][1].quantization == FAST
+    assert seen[-1][1].decode_widths == bundles.FAST_DECODE_WIDTHS
+    assert main(["export", gguf, "--out", str(tmp_path / "b"), "--context", "512"]) == 0
+    assert seen[-1][1].context_buckets == (256,)
+    assert main(["export", gguf, "--out", str(tmp_path / "c"), "--precision", "gguf"]) == 0
+    assert seen[-1][1].context_buckets == () and seen[-1][1].decode_widths == (1, 16)
+    assert main(["export", gguf, "--out", str(tmp_path / "d"), "--context-buckets", "128"]) == 0
+    assert seen[-1][1].context_buckets == (128,)
+    assert main(["export", gguf, "--mtp-adapter", "a.pt"]) == 0
+    assert seen[-1][1].quantization is None and seen[-1][1].context_buckets == ()
+    assert seen[-1][0].name.endswith("-mtp")

@@ -1,0 +1,113 @@
+"""Tree sizing: the tree that maximises expected tokens per second, from candidate probabilities and call costs."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from mtpedge.runtime.acceptance import DepthRates
+from mtpedge.runtime.cost_table import CostTable
+from mtpedge.runtime.tree_sizing import HostCost, size_tree
+
+
+def table(seconds: dict[int, float]) -> CostTable:
+    return CostTable(seconds, "m", "0" * 64, 64, "test", "test")
+
+
+FLAT = table({1: 0.01, 4: 0.01, 16: 0.01, 64: 0.01})
+CPU = table({1: 0.010, 4: 0.012, 16: 0.020, 64: 0.057})  # shaped like this machine's calls: wide calls cost more
+
+
+def test_a_flat_table_grows_the_tree_to_the_widest_graph():
+    scores = np.full(100, 0.05)
+    size = size_tree(scores, FLAT)
+    assert (size.width, size.candidates, size.slots) == (64, 63, 64)
+    assert size.expected_tokens == pytest.approx(1 + 63 * 0.05)
+
+
+def test_on_a_cpu_table_weak_candidates_are_not_worth_a_wider_call():
+    assert size_tree(np.full(100, 0.05), CPU).width == 1  # 16 slots of 5% do not pay for a 2x call
+    assert size_tree(np.full(100, 0.05), CPU).candidates == 0
+    strong = np.array([0.9, 0.8, 0.7, 0.05, 0.05])
+    size = size_tree(strong, CPU)
+    assert (size.width, size.candidates) == (4, 3)  # three good candidates fit the width-4 graph
+
+
+def test_the_choice_is_the_best_over_every_tree_size():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        scores = rng.random(rng.integers(0, 40)) ** 3
+        spc, fixed = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        host = HostCost(float(rng.random() * 0.005), float(rng.random() * 0.0005))
+        size = size_tree(scores, CPU, spc, fixed, host)
+        best = -1.0
+        ranked = np.sort(scores)[::-1]
+        for n in itertools.count():
+            slots = fixed + n * spc
+            if n > scores.size or slots > 64:
+                break
+            cost = CPU.cost(slots) + host.seconds(slots)
+            best = max(best, (1 + ranked[:n].sum()) / cost)
+        assert size.tokens_per_s == pytest.approx(best)
+        assert size.width == min(w for w in CPU.seconds if w >= size.slots)
+
+
+def test_host_cost_per_slot_shrinks_the_tree():
+    scores = 0.9 ** np.arange(1, 64)  # each candidate adds less than the one before
+    assert size_tree(scores, FLAT).candidates == 63
+    assert 0 < size_tree(scores, FLAT, host=HostCost(per_slot=0.001)).candidates < 63
+
+
+def test_mask_slots_come_with_each_candidate():
+    size = size_tree(np.full(40, 0.5), FLAT, slots_per_candidate=2, fixed_slots=2)  # k = 1 mask per node
+    assert (size.slots, size.candidates) == (64, 31)
+
+
+def test_depth_rates_give_chain_scores():
+    rates = DepthRates(4)
+    rates.record(np.array([1, 1, 2]), np.array([True, True, True]), np.array([True, False, False]))
+    chain = rates.chain_scores(4)
+    assert size_tree(chain, FLAT).candidates == 4
+    assert np.all(np.diff(chain) <= 0)
+
+
+@pytest.mark.parametrize("scores, kwargs, match", [
+    (np.array([1.5]), {}, r"in \[0, 1\]"),
+    (np.array([np.nan]), {}, r"in \[0, 1\]"),
+    (np.array([0.5]), {"slots_per_candidate": 0}, ">= 1"),
+    (np.array([0.5]), {"fixed_slots": 65}, "fits no width"),
+])
+def test_bad_input_is_named(scores, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        size_tree(scores, CPU, **kwargs)
+
+
+def test_step_sizer_learns_calibration_and_host_cost_and_reports_both_rates():
+    from mtpedge.runtime.tree_sizing import StepSizer
+
+    now = [0.0]
+    sizer = StepSizer(CPU, clock=lambda: now[0])
+    scores = np.array([0.9, 0.9, 0.9])
+    assert sizer.size(scores).candidates == 3  # believed: three likely drafts pay for the width-4 call
+    for _ in range(20):  # but nothing is ever accepted, and the host takes 5 ms a step beside the call
+        graph = CPU.cost(4)
+        now[0] += graph + 0.005
+        sizer.observe(0, graph)
+        size = sizer.size(scores)
+    assert sizer.calibration < 0.2 and sizer.host.fixed == pytest.approx(0.005)
+    assert size.candidates == 0  # the overconfident drafter is sized down to plain calls
+    stats = sizer.stats()
+    assert stats["achieved_tokens_per_s"] == pytest.approx(1 / (CPU.cost(4) + 0.005), abs=1e-3)
+    assert stats["predicted_tokens_per_s"] > stats["achieved_tokens_per_s"] and stats["cost_model"] == "test"
+
+
+def test_step_sizer_on_a_flat_table_keeps_the_widest_tree():
+    from mtpedge.runtime.tree_sizing import StepSizer
+
+    sizer = StepSizer(FLAT)
+    for _ in range(10):
+        size = sizer.size(np.full(80, 0.3))
+        sizer.observe(2, 0.01)
+        assert size.width == 64
