@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import json
+import platform
 
 import numpy as np
 import onnx
@@ -93,11 +94,11 @@ def test_qnn_bundle_compiles_and_runs_with_its_stamps_checked(qdq_tiny, tmp_path
     needs_qnn()
     from mtpedge.export.qnn_compile import compile_qnn_bundle, soc_target
 
-    out = compile_qnn_bundle(qdq_tiny, tmp_path / "qnn", "sm8750")
+    out = compile_qnn_bundle(qdq_tiny, tmp_path / "qnn", "sm8750", share_weights=False)
     manifest = read_manifest(out)
     target = manifest.extras["qnn"]
     assert (target["htp_arch"], target["soc_model"]) == (79, 69)
-    assert len(target["context_binaries"]) == len(manifest.graphs)
+    assert len(target["context_binaries"]) == len(manifest.graphs) and not target["weight_sharing"]
     for entry in manifest.graphs:  # compile_graph refuses partial placement; check the saved files too
         assert {n.op_type for n in onnx.load(str(out / entry.file), load_external_data=False).graph.node} == \
             {"EPContext"}
@@ -117,6 +118,42 @@ def test_qnn_bundle_compiles_and_runs_with_its_stamps_checked(qdq_tiny, tmp_path
         Engine.load(out, providers=[QNN])
     with pytest.raises(ValueError, match="unknown SoC"):
         soc_target("snapdragon-1")
+
+
+def test_shared_weights_one_binary_every_graph_runs_on_the_htp(qdq_tiny, tmp_path):
+    """All widths in one QNN context: one binary, the weights in it once, each graph run on the simulator in
+    its compile session (CPU fallback disabled) and close to the CPU QDQ graph."""
+    needs_qnn()
+    from mtpedge.export.qnn_compile import compile_qnn_bundle
+
+    manifest = read_manifest(qdq_tiny)
+    rng = np.random.default_rng(0)
+    checked = []
+
+    def run_in_context(i, session):
+        entry = manifest.graphs[i]
+        feeds = {name: rng.normal(0, 0.3, shape).astype(np.float32) for name, shape in entry.inputs.items()}
+        feeds["attention_bias"][:] = 0.0
+        cpu = ort.InferenceSession(str(qdq_tiny / entry.file), providers=["CPUExecutionProvider"])
+        assert_htp_close(session.run(["logits"], feeds)[0], cpu.run(["logits"], feeds)[0])
+        checked.append(entry.name)
+
+    shared = compile_qnn_bundle(qdq_tiny, tmp_path / "shared", "sm8750", on_compiled=run_in_context)
+    assert checked == [g.name for g in manifest.graphs]
+    target = read_manifest(shared).extras["qnn"]
+    assert target["weight_sharing"] and len(target["context_binaries"]) == 1
+    for entry in read_manifest(shared).graphs:
+        (node,) = onnx.load(str(shared / entry.file), load_external_data=False).graph.node
+        assert node.op_type == "EPContext"
+        assert onnx.helper.get_attribute_value(node.attribute[[a.name for a in node.attribute].index(
+            "ep_cache_context")]).decode() == target["context_binaries"][0]
+    separate = read_manifest(compile_qnn_bundle(qdq_tiny, tmp_path / "separate", "sm8750", share_weights=False))
+    weights = (qdq_tiny / "weights.data").stat().st_size
+    # one copy of the weights instead of one per graph (the rest of each binary is the graph itself)
+    assert target["context_bytes"] < separate.extras["qnn"]["context_bytes"] - (len(manifest.graphs) - 1) * weights
+    if platform.machine().lower() not in ("aarch64", "arm64"):
+        with pytest.raises(BundleError, match="--no-share-weights"):
+            Engine.load(shared, providers=[QNN])
 
 
 def test_compiling_a_float_bundle_is_refused(tiny_bundle, tmp_path):
