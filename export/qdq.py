@@ -9,7 +9,11 @@ Recipe (each step is a measured fix, environment.md):
   - known ranges are fixed rather than observed: rope tables [-1, 1], bias [mask, 0];
   - each layer's past_key / new_key (and value) pair gets ONE range, the union of both observed ranges, so a
     new entry the host copies into the cache is quantized on the same grid it came out on;
-  - weights: 8-bit per output channel, symmetric (per-tensor 8-bit changed greedy output from the first token).
+  - weights: 8-bit per output channel, symmetric (per-tensor 8-bit changed greedy output from the first token);
+  - one set of activation encodings for every graph width: the widest graph is calibrated, the others take
+    its encodings, so a row computes the same numbers whatever the width of the call it is in (a drafter
+    verifies with wide graphs what plain decoding computes with the narrow one: separately calibrated widths
+    gave different greedy tokens on the HTP simulator).
 Graph I/O stays float32: the QNN EP (or the CPU) quantizes at the boundary with the recorded encodings,
 which the manifest carries per graph.
 """
@@ -179,6 +183,47 @@ def tied_kv_overrides(model: onnx.ModelProto, ranges: dict[str, tuple[float, flo
             for tensor in data_movement_chain(model, past) + data_movement_chain(model, new):
                 overrides[tensor] = [{"rmin": np.float32(lo), "rmax": np.float32(hi)}]
     return overrides
+
+
+RENAMED_OUTPUT = "_QuantizeLinear_Input"  # the quantizer's suffix for the tensor behind a graph output's Q/DQ
+
+
+def activation_encodings(model: onnx.ModelProto) -> dict[str, dict]:
+    """scale / zero point / type of every activation a QDQ model quantizes, by the float tensor's name."""
+    inits = {t.name: t for t in model.graph.initializer}
+    found: dict[str, dict] = {}
+    for node in model.graph.node:
+        if node.op_type != "QuantizeLinear" or node.input[0] in inits or len(node.input) < 3:
+            continue
+        scale, zero = (numpy_helper.to_array(inits[name]) for name in node.input[1:3])
+        if scale.size == 1:  # the first quantization of a tensor (a later one is a type conversion)
+            # a graph output's producer writes to a renamed tensor; overrides use the output's own name
+            name = node.input[0].removesuffix(RENAMED_OUTPUT)
+            found.setdefault(name, {"scale": float(scale), "zero_point": int(zero), "dtype": str(zero.dtype)})
+    return found
+
+
+def fixed_encoding_overrides(encodings: dict[str, dict]) -> dict[str, list[dict]]:
+    """Tensor overrides that give each named activation exactly these encodings (see activation_encodings)."""
+    from onnxruntime.quantization import QuantType
+
+    types = {"uint8": QuantType.QUInt8, "uint16": QuantType.QUInt16, "int8": QuantType.QInt8,
+             "int16": QuantType.QInt16}
+    return {name: [{"scale": np.array(e["scale"], np.float32), "zero_point": np.array(e["zero_point"], e["dtype"]),
+                    "quant_type": types[e["dtype"]]}] for name, e in encodings.items()}
+
+
+def tied_kv_fixed_overrides(model: onnx.ModelProto, fixed: dict[str, dict], num_layers: int) -> dict[str, list[dict]]:
+    """The widest graph's one encoding per key pair and value pair, on every tensor of this graph's chains
+    (the quantizer may place the QuantizeLinear of a chain on another of its tensors in another width)."""
+    encodings = {}
+    for layer in range(num_layers):
+        for past, new in ((past_key_name(layer), new_key_name(layer)), (past_value_name(layer), new_value_name(layer))):
+            chain = data_movement_chain(model, past) + data_movement_chain(model, new)
+            known = [fixed[tensor] for tensor in chain if tensor in fixed]
+            if known:
+                encodings.update({tensor: known[0] for tensor in chain})
+    return fixed_encoding_overrides(encodings)
 
 
 def io_encodings(model: onnx.ModelProto) -> dict[str, dict]:

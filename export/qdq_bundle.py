@@ -17,7 +17,17 @@ from mtpedge.runtime.contract import new_key_name, new_value_name
 from mtpedge.runtime.engine import Engine
 
 from .onnx_graphs import SharedWeights
-from .qdq import CALIBRATION_TEXTS, QdqConfig, config_dict, fuse_rms_norms, io_encodings, tied_kv_overrides
+from .qdq import (
+    CALIBRATION_TEXTS,
+    QdqConfig,
+    activation_encodings,
+    config_dict,
+    fixed_encoding_overrides,
+    fuse_rms_norms,
+    io_encodings,
+    tied_kv_fixed_overrides,
+    tied_kv_overrides,
+)
 from .quality import write_manifest_with_quality
 from .staging import copy_host_files, staged_folder
 
@@ -88,7 +98,9 @@ def observed_ranges(calls: list[tuple[dict, dict]]) -> dict[str, tuple[float, fl
 
 
 def quantize_graph_qdq(float_file: Path, calls: list[tuple[dict, dict]], num_layers: int, config: QdqConfig,
-                       mask_value: float) -> onnx.ModelProto:
+                       mask_value: float, fixed: dict[str, dict] | None = None) -> onnx.ModelProto:
+    """One graph -> QDQ; `fixed` (activation_encodings of another width's QDQ graph) replaces calibration for
+    every activation it names."""
     from onnxruntime.quantization import QuantType, quantize
     from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
 
@@ -107,6 +119,9 @@ def quantize_graph_qdq(float_file: Path, calls: list[tuple[dict, dict]], num_lay
         for node in model.graph.node:
             if node.op_type == "MatMul" and node.input[1] in inits:
                 overrides[node.input[1]] = [{"axis": 1, "quant_type": weight_type, "symmetric": True}]
+    if fixed:
+        overrides.update(fixed_encoding_overrides(fixed))
+        overrides.update(tied_kv_fixed_overrides(model, fixed, num_layers))
     activation = QuantType.QUInt16 if config.activation_bits == 16 else QuantType.QUInt8
     weight = QuantType.QUInt8 if config.weight_bits == 8 else QuantType.QUInt4
     qconfig = get_qnn_qdq_config(model, _Reader([feeds for feeds, _ in calls]), activation_type=activation,
@@ -142,24 +157,32 @@ def qdq_bundle(src: str | Path, out_dir: str | Path, config: QdqConfig | None = 
     with staged_folder(out_dir, "qdq") as tmp:
         copy_host_files(src, manifest, tmp)
         shared = SharedWeights(tmp / "weights.data")
-        entries, encodings = [], {}
+        entries, encodings = {}, {}
+        widest_first = sorted(manifest.graphs, key=lambda g: -g.width)
+        fixed: dict[str, dict] | None = None  # the widest graph's activation encodings, for every other width
         try:
-            for i, entry in enumerate(manifest.graphs, 1):
-                calls = recorder.run_texts(CALIBRATION_TEXTS, entry.width, config.samples_per_graph)
+            for i, entry in enumerate(widest_first, 1):
+                # the other widths take the widest graph's encodings: a couple of calls only feed the quantizer
+                limit = config.samples_per_graph if fixed is None else 2
+                calls = recorder.run_texts(CALIBRATION_TEXTS, entry.width, limit)
                 step = time.perf_counter()
                 model = quantize_graph_qdq(src / entry.file, calls, manifest.config.num_layers, config,
-                                           config.mask_value)
+                                           config.mask_value, fixed)
+                if fixed is None:
+                    fixed = activation_encodings(model)
                 encodings[entry.name] = io_encodings(model)
                 shared.externalize(model)
                 onnx.save_model(model, tmp / entry.file)
-                entries.append(replace(entry, precision=config.label))
-                say(f"[{i}/{len(manifest.graphs)}] QDQ {entry.name}: calibrated on {len(calls)} calls "
-                    f"({time.perf_counter() - step:.1f} s)")
+                entries[entry.name] = replace(entry, precision=config.label)
+                how = f"calibrated on {len(calls)} calls" if i == 1 else f"the encodings of {widest_first[0].name}"
+                say(f"[{i}/{len(manifest.graphs)}] QDQ {entry.name}: {how} ({time.perf_counter() - step:.1f} s)")
                 del model
         finally:
             shared.close()
-        info = {"config": config_dict(config), "encodings": encodings, "tied_kv": True,
+        info = {"config": config_dict(config), "encodings": {g.name: encodings[g.name] for g in manifest.graphs},
+                "tied_kv": True, "encodings_from": widest_first[0].name,
                 "calibration_texts": len(CALIBRATION_TEXTS)}
+        entries = [entries[g.name] for g in manifest.graphs]
         new = replace(manifest, graphs=entries, mask_value=config.mask_value,
                       extras={**manifest.extras, "qdq": info})
         write_manifest_with_quality(tmp, src, new, quality, say)
