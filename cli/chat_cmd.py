@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from mtpedge.bundles import ensure_bundle
-from mtpedge.generate_cmd import add_common_arguments, drafter_options, format_stats, sampling_from
+from mtpedge.generate_cmd import add_common_arguments, drafter_options, format_stats, providers_for, sampling_from
 
 if TYPE_CHECKING:  # the runtime (onnxruntime) is imported only when a chat starts
     from mtpedge.chat_session import ChatSession
@@ -155,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
     from mtpedge.runtime.engine import Engine
 
     engine = Engine.load(ensure_bundle(args.bundle, args.model, args.context, mtp=args.drafter == "mtp"),
-                         threads=args.threads)
+                         threads=args.threads, providers=providers_for(args))
     session = ChatSession(engine, sampling_from(args), args.max_new_tokens, args.drafter, args.system,
                           drafter_options(args))
     return repl(session)

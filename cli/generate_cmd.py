@@ -21,6 +21,9 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
+    parser.add_argument("--device", choices=["cpu", "qnn"], default="cpu",
+                        help="qnn: run the graphs on the Qualcomm HTP through onnxruntime's QNN execution provider "
+                             "(the HTP simulator on x86 Linux; needs the qnn extra), CPU fallback disabled")
     parser.add_argument("--drafter", default="none",
                         choices=["none", "esp", "lookup", "hybrid", "mtp", "dmtd-spec", "dmtd"],
                         help="multi-token drafter (none = plain decoding; default); see `mtpedge.runtime.drafters`. "
@@ -63,6 +66,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
 
 
+def providers_for(args: argparse.Namespace) -> list[str] | None:
+    """onnxruntime providers for --device (None: the runtime's CPU default)."""
+    from mtpedge.runtime.qnn import QNN_EP
+
+    return [QNN_EP] if args.device == "qnn" else None
+
+
 def sampling_from(args: argparse.Namespace) -> SamplingConfig:
     return SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
 
@@ -94,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     say = (lambda msg: print(msg, file=sys.stderr)) if args.json else print
     engine = Engine.load(ensure_bundle(args.bundle, args.model, args.context, say=say, mtp=args.drafter == "mtp"),
-                         threads=args.threads)
+                         threads=args.threads, providers=providers_for(args))
     tok = engine.tokenizer
     use_chat = not args.raw and tok.has_chat_template
     prompt_ids = tok.encode_chat([{"role": "user", "content": prompt}]) if use_chat else tok.encode(prompt)

@@ -14,7 +14,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from mtpedge.export.qdq import QDQ_MASK_VALUE, QdqConfig, fuse_rms_norms
+from mtpedge.export.qdq import QDQ_MASK_VALUE, QdqConfig, activation_encodings, fuse_rms_norms
 from mtpedge.export.qdq_bundle import qdq_bundle
 from mtpedge.export.quality import sequence_logits
 from mtpedge.runtime.bundle import BundleError, read_manifest
@@ -71,6 +71,18 @@ def test_qdq_bundle_ties_kv_encodings_and_records_them(qdq_tiny):
         assert encodings["logits"]["dtype"] == "uint16"
     quality = manifest.extras["quality"]
     assert quality["perplexity"]["quantized"] > 0 and 0 <= quality["top1_agreement"] <= 1
+
+
+def test_every_width_takes_the_widest_graphs_activation_encodings(qdq_tiny):
+    """A row must compute the same numbers in a wide verification call as in plain decoding's narrow one."""
+    manifest = read_manifest(qdq_tiny)
+    by_graph = {g.name: activation_encodings(onnx.load(str(qdq_tiny / g.file))) for g in manifest.graphs}
+    widest = max(manifest.graphs, key=lambda g: g.width).name
+    assert manifest.extras["qdq"]["encodings_from"] == widest
+    for name, encodings in by_graph.items():
+        common = encodings.keys() & by_graph[widest].keys()
+        assert len(common) > 0.9 * len(encodings), name
+        assert {t: encodings[t] for t in common} == {t: by_graph[widest][t] for t in common}, name
 
 
 def test_qdq_config_refuses_a_huge_mask_value():
@@ -154,6 +166,26 @@ def test_shared_weights_one_binary_every_graph_runs_on_the_htp(qdq_tiny, tmp_pat
     if platform.machine().lower() not in ("aarch64", "arm64"):
         with pytest.raises(BundleError, match="--no-share-weights"):
             Engine.load(shared, providers=[QNN])
+
+
+def test_generate_on_the_htp_with_a_drafter_equals_plain_decoding(qdq_tiny, tmp_path, capsys):
+    """`mtpedge generate --device qnn`: the hybrid drafter's tokens are plain decoding's, on the same QNN graphs."""
+    needs_qnn()
+    from mtpedge.export.qnn_compile import compile_qnn_bundle
+    from mtpedge.main import main
+
+    out = compile_qnn_bundle(qdq_tiny, tmp_path / "qnn", "sm8750", share_weights=False)
+
+    def tokens(prompt, drafter):
+        assert main(["generate", prompt, "--bundle", str(out), "--device", "qnn", "--json", "--max-new-tokens", "12",
+                     "--drafter", drafter]) == 0
+        gc.collect()
+        return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+    for prompt in ("Explain how a bicycle works.", "Write a short story about a storm.", "the the the the"):
+        plain, drafted = tokens(prompt, "none"), tokens(prompt, "hybrid")
+        assert drafted["token_ids"] == plain["token_ids"] and len(plain["token_ids"]) == 12
+        assert drafted["decode_calls"] <= plain["decode_calls"]
 
 
 def test_compiling_a_float_bundle_is_refused(tiny_bundle, tmp_path):
