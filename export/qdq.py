@@ -1,9 +1,15 @@
 """Static QDQ quantization of a float32 bundle for the Qualcomm HTP: 16-bit activations, 8-bit weights.
 
-Recipe (each step is a measured fix, environment.md):
+The pass is onnxruntime's own static quantization for the QNN EP (`get_qnn_qdq_config` + `quantize`); each
+measured fix below is one of its tensor-level overrides or excluded nodes.
+Recipe (each step is a measured fix, environment.md and benchmarks/results/quant/qdq_recipe.md):
   - every RMSNorm becomes one `SimplifiedLayerNormalization` node: written as pow/mean/rsqrt, the HTP's
     16-bit Reciprocal is wrong for small inputs and the logits decorrelate (0.69);
-  - calibration runs the float bundle through the runtime's own Engine on CALIBRATION_TEXTS, with the mask
+  - the residual stream, the norms that read it and the few nodes around outlier-dominated tensors stay
+    float, which the HTP runs in fp16 (qdq_float16.py): a 16-bit grid cannot hold SmolLM2's one huge
+    channel and its ordinary values at once;
+  - calibration runs the float bundle through the runtime's own Engine on the model's own greedy answers to
+    the project's prompts (models/distill_data.py; never Spec-Bench), or on CALIBRATION_TEXTS, with the mask
     value set to QDQ_MASK_VALUE (-1e9 in the calibration ruins even the CPU QDQ graph); the bundle then
     records that mask value, so the host builds the same biases it was calibrated with;
   - known ranges are fixed rather than observed: rope tables [-1, 1], bias [mask, 0];
@@ -55,15 +61,25 @@ CALIBRATION_TEXTS = (
 )
 
 
+CALIBRATION_SOURCES = ("self-distilled", "texts")
+CALIBRATION_PROMPTS = 16  # prompts of models/distill_data.py answered by the float model for calibration
+CALIBRATION_ANSWER_TOKENS = 64
+
+
 @dataclass(frozen=True)
 class QdqConfig:
     activation_bits: int = 16
     weight_bits: int = 8
     per_channel: bool = True
     mask_value: float = QDQ_MASK_VALUE
-    samples_per_graph: int = 12  # calibration calls per graph width
+    samples_per_graph: int = 12  # calibration calls of the widest graph (the others take its encodings)
+    calibration: str = "self-distilled"  # the model's own answers to the project's prompts, or "texts"
+    float16_stream: bool = True  # residual stream + its norms unquantized: fp16 on the HTP (qdq_float16.py)
+    outlier_ratio: float = 50.0  # around tensors with max|x| > ratio x p99.9|x|: fp16 too; 0 = none
 
     def __post_init__(self) -> None:
+        if self.calibration not in CALIBRATION_SOURCES:
+            raise ValueError(f"QDQ calibration must be one of {CALIBRATION_SOURCES}, got {self.calibration!r}")
         if self.activation_bits not in (8, 16) or self.weight_bits not in (4, 8):
             raise ValueError(f"QDQ supports 8/16-bit activations and 4/8-bit weights, got a{self.activation_bits}"
                              f"w{self.weight_bits}")

@@ -31,7 +31,9 @@ log = logging.getLogger(__name__)
 QNN_EP = "QNNExecutionProvider"
 DISABLE_CPU_FALLBACK = "session.disable_cpu_ep_fallback"
 SHARE_EP_CONTEXTS = "ep.share_ep_contexts"
-ARM_MACHINES = ("aarch64", "arm64")  # platform.machine() of the phones and Snapdragon laptops that load shared binaries
+# platform.machine() of the phones and Snapdragon laptops that load shared binaries
+ARM_MACHINES = ("aarch64", "arm64")
+SIMULATED_HTP = {"htp_arch": 79, "soc_model": 69}  # Snapdragon 8 Elite, as export/qnn_compile.py's SOCS names it
 
 
 def qnn_module() -> Any:
@@ -59,9 +61,14 @@ def qnn_devices() -> list:
 
 
 def qnn_provider_options(manifest: Manifest) -> dict[str, str]:
-    """HTP backend + the SoC a bundle was compiled for (its context binaries only run there)."""
+    """HTP backend + the SoC a bundle was compiled for (its context binaries only run there).
+
+    A QDQ bundle (not compiled) on x86 runs on the simulator as the Snapdragon 8 Elite (v79), the one HTP
+    tested here: left unset, the simulator's default architecture cannot finalize the recipe's fp16 nodes
+    (QNN_COMMON_ERROR_MEM_ALLOC). On a device the EP takes the phone's own HTP.
+    """
     options = {"backend_path": qnn_module().get_qnn_htp_path()}
-    target = manifest.extras.get("qnn", {})
+    target = manifest.extras.get("qnn") or (SIMULATED_HTP if platform.machine().lower() not in ARM_MACHINES else {})
     for key in ("htp_arch", "soc_model"):
         if target.get(key) is not None:
             options[key] = str(target[key])
