@@ -16,6 +16,7 @@ Recipe (each step is a measured fix, environment.md and benchmarks/results/quant
   - each layer's past_key / new_key (and value) pair gets ONE range, the union of both observed ranges, so a
     new entry the host copies into the cache is quantized on the same grid it came out on;
   - weights: 8-bit per output channel, symmetric (per-tensor 8-bit changed greedy output from the first token);
+    16-bit for the most sensitive matrices (config.wide_weights: the LM head, v and down projections);
   - one set of activation encodings for every graph width: the widest graph is calibrated, the others take
     its encodings, so a row computes the same numbers whatever the width of the call it is in (a drafter
     verifies with wide graphs what plain decoding computes with the narrow one: separately calibrated widths
@@ -76,6 +77,9 @@ class QdqConfig:
     calibration: str = "self-distilled"  # the model's own answers to the project's prompts, or "texts"
     float16_stream: bool = True  # residual stream + its norms unquantized: fp16 on the HTP (qdq_float16.py)
     outlier_ratio: float = 50.0  # around tensors with max|x| > ratio x p99.9|x|: fp16 too; 0 = none
+    # weights of these modules (a path segment of their MatMul's name, as the exporter writes Hugging Face
+    # module names) get 16-bit per-channel weights: the most sensitive ones (qdq_recipe.md)
+    wide_weights: tuple[str, ...] = ("lm_head", "v_proj", "down_proj")
 
     def __post_init__(self) -> None:
         if self.calibration not in CALIBRATION_SOURCES:
@@ -90,6 +94,11 @@ class QdqConfig:
     @property
     def label(self) -> str:
         return f"qdq-a{self.activation_bits}w{self.weight_bits}"
+
+
+def weight_bits(node_name: str, config: QdqConfig) -> int:
+    """16 for a MatMul of one of config.wide_weights (a segment of its node name), else config.weight_bits."""
+    return 16 if set(node_name.split("/")) & set(config.wide_weights) else config.weight_bits
 
 
 def fuse_rms_norms(model: onnx.ModelProto) -> int:

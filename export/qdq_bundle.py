@@ -30,6 +30,7 @@ from .qdq import (
     io_encodings,
     tied_kv_fixed_overrides,
     tied_kv_overrides,
+    weight_bits,
 )
 from .qdq_float16 import activation_statistics, float16_nodes
 from .quality import write_manifest_with_quality
@@ -122,10 +123,11 @@ def recipe_overrides(model: onnx.ModelProto, calls: list[tuple[dict, dict]], num
     overrides["attention_bias"] = [{"rmin": np.float32(config.mask_value), "rmax": np.float32(0.0)}]
     if config.per_channel:
         inits = {t.name for t in model.graph.initializer if len(t.dims) == 2}
-        weight_type = QuantType.QInt8 if config.weight_bits == 8 else QuantType.QInt4
+        types = {16: QuantType.QInt16, 8: QuantType.QInt8, 4: QuantType.QInt4}
         for node in model.graph.node:
             if node.op_type == "MatMul" and node.input[1] in inits:
-                overrides[node.input[1]] = [{"axis": 1, "quant_type": weight_type, "symmetric": True}]
+                overrides[node.input[1]] = [{"axis": 1, "quant_type": types[weight_bits(node.name, config)],
+                                             "symmetric": True}]
     if fixed:
         overrides.update(fixed_encoding_overrides(fixed))
         overrides.update(tied_kv_fixed_overrides(model, fixed, num_layers))
