@@ -17,6 +17,7 @@ Recipe (each step is a measured fix, environment.md and benchmarks/results/quant
     new entry the host copies into the cache is quantized on the same grid it came out on;
   - weights: 8-bit per output channel, symmetric (per-tensor 8-bit changed greedy output from the first token);
     16-bit for the most sensitive matrices (config.wide_weights: the LM head, v and down projections);
+    the 8-bit ones rounded by GPTQ on the calibration inputs (qdq_gptq.py) rather than to nearest;
   - one set of activation encodings for every graph width: the widest graph is calibrated, the others take
     its encodings, so a row computes the same numbers whatever the width of the call it is in (a drafter
     verifies with wide graphs what plain decoding computes with the narrow one: separately calibrated widths
@@ -73,13 +74,14 @@ class QdqConfig:
     weight_bits: int = 8
     per_channel: bool = True
     mask_value: float = QDQ_MASK_VALUE
-    samples_per_graph: int = 12  # calibration calls of the widest graph (the others take its encodings)
+    samples_per_graph: int = 24  # calibration calls of the widest graph (the others take its encodings)
     calibration: str = "self-distilled"  # the model's own answers to the project's prompts, or "texts"
     float16_stream: bool = True  # residual stream + its norms unquantized: fp16 on the HTP (qdq_float16.py)
     outlier_ratio: float = 50.0  # around tensors with max|x| > ratio x p99.9|x|: fp16 too; 0 = none
     # weights of these modules (a path segment of their MatMul's name, as the exporter writes Hugging Face
     # module names) get 16-bit per-channel weights: the most sensitive ones (qdq_recipe.md)
     wide_weights: tuple[str, ...] = ("lm_head", "v_proj", "down_proj")
+    gptq: bool = True  # round the 8-bit weights by GPTQ on the calibration inputs (qdq_gptq.py)
 
     def __post_init__(self) -> None:
         if self.calibration not in CALIBRATION_SOURCES:
