@@ -33,6 +33,7 @@ from .qdq import (
     weight_bits,
 )
 from .qdq_float16 import activation_statistics, float16_nodes
+from .qdq_gptq import apply_rounded, gptq_weights
 from .quality import write_manifest_with_quality
 from .staging import copy_host_files, staged_folder
 
@@ -157,6 +158,14 @@ def quantize_graph_qdq(model: onnx.ModelProto, calls: list[tuple[dict, dict]], o
         return onnx.load(str(out))
 
 
+def gptq_targets(model: onnx.ModelProto, config: QdqConfig, float_nodes: list[str]) -> dict[str, int]:
+    """MatMul name -> bits for the weights GPTQ rounds: the quantized ones below 16 bits."""
+    inits = {t.name for t in model.graph.initializer}
+    return {n.name: weight_bits(n.name, config) for n in model.graph.node
+            if n.op_type == "MatMul" and n.input[1] in inits and n.name not in float_nodes
+            and weight_bits(n.name, config) < 16}
+
+
 def calibration_stream(src: Path, config: QdqConfig, say: Callable[[str], None]) -> list[int]:
     """Token ids to calibrate on: the float model's own greedy answers to the project's prompts, or the texts."""
     if config.calibration == "texts":
@@ -198,6 +207,7 @@ def qdq_bundle(src: str | Path, out_dir: str | Path, config: QdqConfig | None = 
         stream = calibration_stream(src, config, say)
         fixed: dict[str, dict] | None = None  # the widest graph's activation encodings, for every other width
         float_nodes: list[str] = []  # decided on the widest graph; node names are the same in every width
+        rounded: dict = {}  # GPTQ's 8-bit weights by MatMul name, computed on the widest graph, used in every width
         try:
             for i, entry in enumerate(widest_first, 1):
                 # the other widths take the widest graph's encodings: a couple of calls only feed the quantizer
@@ -209,7 +219,11 @@ def qdq_bundle(src: str | Path, out_dir: str | Path, config: QdqConfig | None = 
                     stats = (activation_statistics(model, [feeds for feeds, _ in calls[:4]])
                              if config.outlier_ratio > 0 else None)
                     float_nodes = float16_nodes(model, stats, config.float16_stream, config.outlier_ratio)
+                    if config.gptq:
+                        rounded = gptq_weights(model, [feeds for feeds, _ in calls], gptq_targets(model, config,
+                                                                                                   float_nodes))
                 overrides = recipe_overrides(model, calls, manifest.config.num_layers, config, fixed)
+                overrides.update(apply_rounded(model, rounded))
                 model = quantize_graph_qdq(model, calls, overrides, float_nodes, config)
                 if fixed is None:
                     fixed = activation_encodings(model)
@@ -224,6 +238,7 @@ def qdq_bundle(src: str | Path, out_dir: str | Path, config: QdqConfig | None = 
             shared.close()
         info = {"config": config_dict(config), "encodings": {g.name: encodings[g.name] for g in manifest.graphs},
                 "tied_kv": True, "encodings_from": widest_first[0].name, "float16_nodes": float_nodes,
+                "gptq_weights": len(rounded),
                 "calibration_tokens": len(stream)}
         entries = [entries[g.name] for g in manifest.graphs]
         new = replace(manifest, graphs=entries, mask_value=config.mask_value,
