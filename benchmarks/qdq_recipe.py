@@ -30,14 +30,16 @@ from mtpedge.runtime.bundle import MANIFEST, read_manifest  # noqa: E402
 from mtpedge.runtime.engine import Engine  # noqa: E402
 from mtpedge.runtime.generate import generate  # noqa: E402
 
-OLD = dict(calibration="texts", float16_stream=False, outlier_ratio=0.0)  # the recipe before issue 19
-STEPS = {
-    "old": QdqConfig(**OLD),
-    "stream": QdqConfig(**{**OLD, "float16_stream": True}),
-    "outliers": QdqConfig(**{**OLD, "float16_stream": True, "outlier_ratio": 50.0}),
-    "distilled": QdqConfig(),  # the default: all of the above + the model's own answers as calibration data
-    "distilled-stream": QdqConfig(outlier_ratio=0.0),
-}
+# the recipe before issue 19, then each change added in turn; the last one is QdqConfig(), the default
+OLD = dict(calibration="texts", float16_stream=False, outlier_ratio=0.0, wide_weights=(), gptq=False,
+           samples_per_graph=12)
+CHANGES = [("stream", dict(float16_stream=True)), ("outliers", dict(outlier_ratio=50.0)),
+           ("wide", dict(wide_weights=QdqConfig().wide_weights)), ("gptq", dict(gptq=True, samples_per_graph=24)),
+           ("distilled", dict(calibration="self-distilled"))]
+STEPS = {"old": QdqConfig(**OLD)}
+for _name, _change in CHANGES:
+    STEPS[_name] = replace(list(STEPS.values())[-1], **_change)
+assert STEPS["distilled"] == QdqConfig(), "the last step is the default recipe"
 
 
 def widest_graph_bundle(src: Path, dst: Path) -> Path:
