@@ -6,8 +6,9 @@
 A bundle holding only FLOAT_BUNDLE's widest graph (prefill 64 for SmolLM2) goes through the real
 `qdq_bundle` with each step's QdqConfig, then is compared with float32 as benchmarks/qdq_quality.py does
 (held text; Spec-Bench first questions + float32's own 48-token answers; top-1 and perplexity), on the
-CPU's QDQ emulation. One line of JSON per step is appended to --out, so an interrupted run keeps what it
-finished and a rerun skips the steps already there.
+CPU's QDQ emulation. The `w:` steps quantize weights only (activations stay float): which 8-bit matrices
+cost what, with rounding to nearest or GPTQ. One line of JSON per step is appended to --out, so an
+interrupted run keeps what it finished and a rerun skips the steps already there.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+
+import numpy as np
+import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.qdq_quality import compare, spec_prompts, summary  # noqa: E402
@@ -41,6 +45,13 @@ for _name, _change in CHANGES:
     STEPS[_name] = replace(list(STEPS.values())[-1], **_change)
 assert STEPS["distilled"] == QdqConfig(), "the last step is the default recipe"
 
+# weights only (activations float): which 8-bit weights cost what. (8-bit modules or "all", rounding)
+MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")
+WIDE = QdqConfig().wide_weights
+WEIGHT_STEPS = {"w:nearest-all8": ("all", (), "nearest"), "w:nearest-head16": ("all", ("lm_head",), "nearest"),
+                "w:nearest-wide16": ("all", WIDE, "nearest"), "w:gptq-wide16": ("all", WIDE, "gptq"),
+                **{f"w:only-{m}8": ((m,), (), "nearest") for m in MODULES}}
+
 
 def widest_graph_bundle(src: Path, dst: Path) -> Path:
     """A bundle of `src`'s widest graph alone, listed as a decode graph so that the runtime runs it (graph
@@ -60,11 +71,46 @@ def widest_graph_bundle(src: Path, dst: Path) -> Path:
     return dst
 
 
+def weights_only_bundle(one: Path, dst: Path, step: str) -> Path:
+    """`one` with its 8-bit weights (per WEIGHT_STEPS[step]) quantized and dequantized, all else float."""
+    from mtpedge.export.qdq_bundle import RecordingEngine, calibration_stream
+    from mtpedge.export.qdq_gptq import gptq_weights
+
+    eight, wide, rounding = WEIGHT_STEPS[step]
+    manifest = read_manifest(one)
+    entry = manifest.graphs[0]
+    model = onnx.load(str(one / entry.file))
+    inits = {t.name: t for t in model.graph.initializer}
+    chosen = {n.name: n.input[1] for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in inits
+              and (eight == "all" or set(n.name.split("/")) & set(eight)) and not set(n.name.split("/")) & set(wide)}
+    if rounding == "gptq":
+        config = QdqConfig()
+        calls = RecordingEngine(one, config.mask_value).run_stream(calibration_stream(one, config, print),
+                                                                   entry.width, config.samples_per_graph)
+        values = {name: w for name, (w, _, _) in gptq_weights(model, [f for f, _ in calls],
+                                                               dict.fromkeys(chosen, 8)).items()}
+    else:
+        values = {}
+        for name, init in chosen.items():
+            w = onnx.numpy_helper.to_array(inits[init])
+            scale = np.maximum(np.abs(w).max(axis=0), 1e-12) / 127
+            values[name] = (np.clip(np.round(w / scale), -127, 127) * scale).astype(np.float32)
+    for name, init in chosen.items():
+        inits[init].CopyFrom(onnx.numpy_helper.from_array(values[name], init))
+    dst.mkdir(parents=True, exist_ok=True)
+    for name in (manifest.tokenizer.file, manifest.embeddings_file):
+        shutil.copy2(one / name, dst / name)
+    onnx.save_model(model, dst / entry.file, save_as_external_data=True, location="weights.data")
+    (dst / MANIFEST).write_text(manifest.to_json())
+    return dst
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("float_bundle")
     parser.add_argument("--work", required=True)
-    parser.add_argument("--steps", default=",".join(STEPS), help=f"comma-separated, of {', '.join(STEPS)}")
+    parser.add_argument("--steps", default=",".join(STEPS),
+                        help=f"comma-separated, of {', '.join(STEPS)} and the weights-only {', '.join(WEIGHT_STEPS)}")
     parser.add_argument("--out", help="JSON lines, one per step (default WORK/results.jsonl)")
     args = parser.parse_args(argv)
     work = Path(args.work)
@@ -81,14 +127,19 @@ def main(argv: list[str] | None = None) -> int:
         if step in done:
             continue
         started = time.perf_counter()
-        folder = qdq_bundle(one, work / step, STEPS[step], progress=print, quality=False)
+        if step in WEIGHT_STEPS:
+            folder = weights_only_bundle(one, work / step.replace(":", "-"), step)
+            config = dict(zip(("eight_bit", "sixteen_bit", "rounding"), WEIGHT_STEPS[step], strict=True))
+        else:
+            folder = qdq_bundle(one, work / step, STEPS[step], progress=print, quality=False)
+            config = vars(STEPS[step])
         built = time.perf_counter() - started
         engine = Engine.load(folder)
-        result = {"step": step, "config": {k: v for k, v in vars(STEPS[step]).items()},
+        result = {"step": step, "config": config,
                   "held": summary([compare(ref_held, sequence_logits(engine, held), held)]),
                   "spec": summary([compare(r, sequence_logits(engine, s), s) for s, r in zip(seqs, ref_seqs,
                                                                                                strict=True)]),
-                  "float16_nodes": len(read_manifest(folder).extras["qdq"]["float16_nodes"]),
+                  "float16_nodes": len(read_manifest(folder).extras.get("qdq", {}).get("float16_nodes", [])),
                   "quantize_s": round(built, 1), "load_average": os.getloadavg()[0]}
         del engine
         print(json.dumps(result), flush=True)
