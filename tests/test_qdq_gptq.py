@@ -76,3 +76,32 @@ def test_qdq_bundle_keeps_the_gptq_weights(float_and_qdq):
         assert np.abs(q - nearest).max() <= 8
         moved += int((q != nearest).sum())
     assert moved > 0
+
+
+def test_smoothing_keeps_the_float_graph_and_flattens_the_norm_outputs(tiny_bundle):
+    """Gains divided, projection rows multiplied: the same function, smaller outliers at the norm outputs."""
+    import onnxruntime as ort
+
+    from mtpedge.export.qdq import fuse_rms_norms
+    from mtpedge.export.qdq_smooth import apply_smoothing, channel_maxima, smoothable_norms, smoothing_factors
+
+    bundle = tiny_bundle("llama")
+    entry = next(g for g in read_manifest(bundle).graphs if g.width == 8)
+    model = onnx.load(str(bundle / entry.file))
+    fuse_rms_norms(model)
+    rng = np.random.default_rng(0)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    feeds = [{i.name: rng.normal(0, 0.5, i.shape).astype(np.float32) for i in session.get_inputs()} for _ in range(2)]
+    for call in feeds:
+        call["inputs_embeds"][..., 3] *= 40  # one outlier channel, as real models have
+    norms = smoothable_norms(model, [])
+    assert len(norms) >= 2 * read_manifest(bundle).config.num_layers
+    outputs = [next(n for n in model.graph.node if n.name == name).output[0] for name in norms]
+    before = channel_maxima(model, feeds, outputs)
+    apply_smoothing(model, smoothing_factors(model, feeds, []))
+    after = channel_maxima(model, feeds, outputs)
+    smoothed = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for want, got in zip(session.run(None, feeds[0]), smoothed.run(None, feeds[0]), strict=True):
+        np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4)
+    spread = {name: v.max() / np.median(v) for name, v in before.items()}
+    assert np.mean([after[name].max() / np.median(after[name]) < spread[name] for name in before]) > 0.9
