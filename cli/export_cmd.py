@@ -54,8 +54,9 @@ def add_precision_arguments(parser: argparse.ArgumentParser, with_auto: bool = T
     choices = (["auto"] if with_auto else []) + ["float32", "gguf", "int8", "int4", "qdq"]
     parser.add_argument("--precision", choices=choices, default=choices[0],
                         help="weights: gguf = the GGUF file's own 4/5/6/8-bit grid, exactly (MatMulNBits); "
-                             "int8/int4 = round-to-nearest blocks; qdq = 16-bit activations, 8-bit weights for the "
-                             "Qualcomm HTP; auto = for GGUF sources the fast default (gguf with int8-activation "
+                             "int8/int4 = round-to-nearest blocks; qdq = the Qualcomm HTP's graphs: 16-bit "
+                             "activations, 8-bit GPTQ weights (16-bit LM head, v and down projections), fp16 "
+                             "residual stream; auto = for GGUF sources the fast default (gguf with int8-activation "
                              "kernels, the bundle generate/chat/serve/bench use), else float32 (and float32 with "
                              "--mtp-adapter, whose graphs are float32 only)")
     parser.add_argument("--output-layer", choices=["same", "float32", "int8", "int4"], default="same",

@@ -57,6 +57,9 @@ def add_common_arguments(parser: argparse.ArgumentParser, max_new_tokens: int | 
                         "the most likely one (default 0.05 when sampling; 0 = no limit)")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
+    parser.add_argument("--device", choices=["cpu", "qnn"], default="cpu",
+                        help="qnn: run the graphs on the Qualcomm HTP through onnxruntime's QNN execution provider "
+                             "(the HTP simulator on x86 Linux; needs the qnn extra), CPU fallback disabled")
     parser.add_argument("--cost-model", default="measured", metavar="measured|remeasure|flat|FILE",
                         help=COST_MODEL_HELP)
     parser.add_argument("--drafter", type=drafter_spec, default="none", metavar="SPEC",
@@ -72,6 +75,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_arguments(parser, max_new_tokens=128)
     parser.add_argument("--raw", action="store_true", help="do not apply the chat template")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+
+
+def providers_for(args: argparse.Namespace) -> list[str] | None:
+    """onnxruntime providers for --device (None: the runtime's CPU default)."""
+    from mtpedge.runtime.qnn import QNN_EP
+
+    return [QNN_EP] if args.device == "qnn" else None
 
 
 def sampling_from(args: argparse.Namespace) -> SamplingConfig:
@@ -113,9 +123,12 @@ def load_engine(args: argparse.Namespace, say=print, cost_table: bool = False):
     check_fits(args.drafter, [g.width for g in read_manifest(folder).graphs])
     if args.drafter.name in DRAFTERS and DRAFTERS[args.drafter.name].lossy:
         print(f"warning: {LOSSY_WARNING.format(name=args.drafter.name)}", file=sys.stderr)
-    engine = Engine.load(folder, threads=args.threads)
+    engine = Engine.load(folder, threads=args.threads, providers=providers_for(args))
     if cost_table or (args.drafter.name in DRAFTERS and DRAFTERS[args.drafter.name].sized):
-        attach_cost_table(engine, args.cost_model, say)
+        # the HTP simulator takes seconds a call: timing it says nothing about a phone, whose widths cost about
+        # the same (a profile's cost file says how much)
+        on_simulator = args.device == "qnn" and args.cost_model == "measured"
+        attach_cost_table(engine, "flat" if on_simulator else args.cost_model, say)
     return engine
 
 

@@ -8,8 +8,15 @@ what is missing when the client has no token or no network.
 
     compile    each graph's QDQ ONNX -> a QNN context binary for the device (`--target_runtime qnn_context_binary`)
     link       all compiled graphs -> one context binary whose graphs share weights (prefill + decode)
-    profile    the compiled graphs on the device (latency, memory, NPU placement)
+    profile    the compiled graphs on the device (latency, memory, NPU placement); their latencies become
+               the bundle's cost table (runtime/cost_table.py, origin "aihub-profile"), which sizes draft trees
     inference  one recorded call per graph on the device (outputs to compare with the CPU QDQ graph)
+
+The profile a job returns (`ProfileJob.download_profile()`) is a dict whose form qai-hub 0.56 defines in
+`qai_hub/client.py` (`_profile_pb_to_python_dict`): {"execution_summary": {"estimated_inference_time": us,
+"all_inference_times": [us, ...] (profile format 1.2 and later), ...}, "execution_detail": [{"name", "type",
+"compute_unit", "execution_time"?}, ...]}, times in microseconds (the client's InferenceJobResult docs;
+its report divides them by 1000 for milliseconds).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import numpy as np
 import onnx
 
 from mtpedge.runtime.bundle import Manifest, read_manifest
+from mtpedge.runtime.cost_table import CostTable, decode_widths
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +140,45 @@ def submit_jobs(jobs: list[HubJob], device: HubDevice, client: Any, bundle: str 
             raise ValueError(f"unknown job kind {job.kind!r}")
         log.info("submitted %s job %s", job.kind, job.name)
     return submitted
+
+
+def profile_seconds(profile: dict, graph: str) -> float:
+    """Seconds per call from one downloaded profile: the median of its measured iterations, or the
+    service's own estimate when the profile predates per-iteration times."""
+    try:
+        summary = profile["execution_summary"]
+        times = summary.get("all_inference_times") or [summary["estimated_inference_time"]]
+        seconds = float(np.median([float(t) for t in times])) / 1e6  # microseconds
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"the AI Hub profile of {graph} has no inference time ({err!r}): it is not a "
+                         "ProfileJob.download_profile() result of a finished job") from err
+    if not seconds > 0:
+        raise ValueError(f"the AI Hub profile of {graph} reports an inference time of {seconds} s")
+    return seconds
+
+
+def cost_table_from_profiles(manifest: Manifest, profiles: dict[str, dict], device: str) -> CostTable:
+    """The bundle's cost table (seconds per decode call, by width) from one profile per decode graph."""
+    by_width = {g.width: g.name for g in manifest.graphs if g.kind == "decode"}
+    missing = [name for name in by_width.values() if name not in profiles]
+    if missing:
+        raise ValueError(f"no AI Hub profile for the decode graphs {missing}: profile every graph "
+                         "(`mtpedge hub profile`) before writing a cost table")
+    seconds = {w: profile_seconds(profiles[name], name) for w, name in by_width.items()}
+    assert sorted(seconds) == decode_widths(manifest)
+    return CostTable(seconds, manifest.model_name, manifest.source_sha256, manifest.context, device,
+                     "aihub-profile")
+
+
+def write_profile_cost_table(jobs: list[HubJob], submitted: dict[str, Any], bundle: str | Path,
+                             device: HubDevice, path: str | Path) -> CostTable:
+    """Wait for the submitted profile jobs, download their profiles and save the cost table at `path`."""
+    manifest = read_manifest(bundle)
+    profiles = {job.graph: submitted[job.name].download_profile() for job in jobs if job.kind == "profile"}
+    table = cost_table_from_profiles(manifest, profiles, f"{device.name or device.chipset} (Qualcomm AI Hub "
+                                     "profile, QNN context binary on the NPU)")
+    table.save(path)
+    return table
 
 
 def hub_client() -> Any:

@@ -1,15 +1,27 @@
 """Static QDQ quantization of a float32 bundle for the Qualcomm HTP: 16-bit activations, 8-bit weights.
 
-Recipe (each step is a measured fix, environment.md):
+The pass is onnxruntime's own static quantization for the QNN EP (`get_qnn_qdq_config` + `quantize`); each
+measured fix below is one of its tensor-level overrides or excluded nodes.
+Recipe (each step is a measured fix, environment.md and benchmarks/results/quant/qdq_recipe.md):
   - every RMSNorm becomes one `SimplifiedLayerNormalization` node: written as pow/mean/rsqrt, the HTP's
     16-bit Reciprocal is wrong for small inputs and the logits decorrelate (0.69);
-  - calibration runs the float bundle through the runtime's own Engine on CALIBRATION_TEXTS, with the mask
+  - the residual stream, the norms that read it and the few nodes around outlier-dominated tensors stay
+    float, which the HTP runs in fp16 (qdq_float16.py): a 16-bit grid cannot hold SmolLM2's one huge
+    channel and its ordinary values at once;
+  - calibration runs the float bundle through the runtime's own Engine on the model's own greedy answers to
+    the project's prompts (models/distill_data.py; never Spec-Bench), or on CALIBRATION_TEXTS, with the mask
     value set to QDQ_MASK_VALUE (-1e9 in the calibration ruins even the CPU QDQ graph); the bundle then
     records that mask value, so the host builds the same biases it was calibrated with;
   - known ranges are fixed rather than observed: rope tables [-1, 1], bias [mask, 0];
   - each layer's past_key / new_key (and value) pair gets ONE range, the union of both observed ranges, so a
     new entry the host copies into the cache is quantized on the same grid it came out on;
-  - weights: 8-bit per output channel, symmetric (per-tensor 8-bit changed greedy output from the first token).
+  - weights: 8-bit per output channel, symmetric (per-tensor 8-bit changed greedy output from the first token);
+    16-bit for the most sensitive matrices (config.wide_weights: the LM head, v and down projections);
+    the 8-bit ones rounded by GPTQ on the calibration inputs (qdq_gptq.py) rather than to nearest;
+  - one set of activation encodings for every graph width: the widest graph is calibrated, the others take
+    its encodings, so a row computes the same numbers whatever the width of the call it is in (a drafter
+    verifies with wide graphs what plain decoding computes with the narrow one: separately calibrated widths
+    gave different greedy tokens on the HTP simulator).
 Graph I/O stays float32: the QNN EP (or the CPU) quantizes at the boundary with the recorded encodings,
 which the manifest carries per graph.
 """
@@ -51,15 +63,29 @@ CALIBRATION_TEXTS = (
 )
 
 
+CALIBRATION_SOURCES = ("self-distilled", "texts")
+CALIBRATION_PROMPTS = 16  # prompts of models/distill_data.py answered by the float model for calibration
+CALIBRATION_ANSWER_TOKENS = 64
+
+
 @dataclass(frozen=True)
 class QdqConfig:
     activation_bits: int = 16
     weight_bits: int = 8
     per_channel: bool = True
     mask_value: float = QDQ_MASK_VALUE
-    samples_per_graph: int = 12  # calibration calls per graph width
+    samples_per_graph: int = 24  # calibration calls of the widest graph (the others take its encodings)
+    calibration: str = "self-distilled"  # the model's own answers to the project's prompts, or "texts"
+    float16_stream: bool = True  # residual stream + its norms unquantized: fp16 on the HTP (qdq_float16.py)
+    outlier_ratio: float = 50.0  # around tensors with max|x| > ratio x p99.9|x|: fp16 too; 0 = none
+    # weights of these modules (a path segment of their MatMul's name, as the exporter writes Hugging Face
+    # module names) get 16-bit per-channel weights: the most sensitive ones (qdq_recipe.md)
+    wide_weights: tuple[str, ...] = ("lm_head", "v_proj", "down_proj")
+    gptq: bool = True  # round the 8-bit weights by GPTQ on the calibration inputs (qdq_gptq.py)
 
     def __post_init__(self) -> None:
+        if self.calibration not in CALIBRATION_SOURCES:
+            raise ValueError(f"QDQ calibration must be one of {CALIBRATION_SOURCES}, got {self.calibration!r}")
         if self.activation_bits not in (8, 16) or self.weight_bits not in (4, 8):
             raise ValueError(f"QDQ supports 8/16-bit activations and 4/8-bit weights, got a{self.activation_bits}"
                              f"w{self.weight_bits}")
@@ -70,6 +96,11 @@ class QdqConfig:
     @property
     def label(self) -> str:
         return f"qdq-a{self.activation_bits}w{self.weight_bits}"
+
+
+def weight_bits(node_name: str, config: QdqConfig) -> int:
+    """16 for a MatMul of one of config.wide_weights (a segment of its node name), else config.weight_bits."""
+    return 16 if set(node_name.split("/")) & set(config.wide_weights) else config.weight_bits
 
 
 def fuse_rms_norms(model: onnx.ModelProto) -> int:
@@ -178,6 +209,47 @@ def tied_kv_overrides(model: onnx.ModelProto, ranges: dict[str, tuple[float, flo
             for tensor in data_movement_chain(model, past) + data_movement_chain(model, new):
                 overrides[tensor] = [{"rmin": np.float32(lo), "rmax": np.float32(hi)}]
     return overrides
+
+
+RENAMED_OUTPUT = "_QuantizeLinear_Input"  # the quantizer's suffix for the tensor behind a graph output's Q/DQ
+
+
+def activation_encodings(model: onnx.ModelProto) -> dict[str, dict]:
+    """scale / zero point / type of every activation a QDQ model quantizes, by the float tensor's name."""
+    inits = {t.name: t for t in model.graph.initializer}
+    found: dict[str, dict] = {}
+    for node in model.graph.node:
+        if node.op_type != "QuantizeLinear" or node.input[0] in inits or len(node.input) < 3:
+            continue
+        scale, zero = (numpy_helper.to_array(inits[name]) for name in node.input[1:3])
+        if scale.size == 1:  # the first quantization of a tensor (a later one is a type conversion)
+            # a graph output's producer writes to a renamed tensor; overrides use the output's own name
+            name = node.input[0].removesuffix(RENAMED_OUTPUT)
+            found.setdefault(name, {"scale": float(scale), "zero_point": int(zero), "dtype": str(zero.dtype)})
+    return found
+
+
+def fixed_encoding_overrides(encodings: dict[str, dict]) -> dict[str, list[dict]]:
+    """Tensor overrides that give each named activation exactly these encodings (see activation_encodings)."""
+    from onnxruntime.quantization import QuantType
+
+    types = {"uint8": QuantType.QUInt8, "uint16": QuantType.QUInt16, "int8": QuantType.QInt8,
+             "int16": QuantType.QInt16}
+    return {name: [{"scale": np.array(e["scale"], np.float32), "zero_point": np.array(e["zero_point"], e["dtype"]),
+                    "quant_type": types[e["dtype"]]}] for name, e in encodings.items()}
+
+
+def tied_kv_fixed_overrides(model: onnx.ModelProto, fixed: dict[str, dict], num_layers: int) -> dict[str, list[dict]]:
+    """The widest graph's one encoding per key pair and value pair, on every tensor of this graph's chains
+    (the quantizer may place the QuantizeLinear of a chain on another of its tensors in another width)."""
+    encodings = {}
+    for layer in range(num_layers):
+        for past, new in ((past_key_name(layer), new_key_name(layer)), (past_value_name(layer), new_value_name(layer))):
+            chain = data_movement_chain(model, past) + data_movement_chain(model, new)
+            known = [fixed[tensor] for tensor in chain if tensor in fixed]
+            if known:
+                encodings.update({tensor: known[0] for tensor in chain})
+    return fixed_encoding_overrides(encodings)
 
 
 def io_encodings(model: onnx.ModelProto) -> dict[str, dict]:

@@ -14,9 +14,25 @@ import onnx
 
 from mtpedge.runtime.contract import new_key_name, new_value_name
 from mtpedge.runtime.engine import Engine
+from mtpedge.runtime.generate import generate
 
 from .onnx_graphs import SharedWeights
-from .qdq import CALIBRATION_TEXTS, QdqConfig, config_dict, fuse_rms_norms, io_encodings, tied_kv_overrides
+from .qdq import (
+    CALIBRATION_ANSWER_TOKENS,
+    CALIBRATION_PROMPTS,
+    CALIBRATION_TEXTS,
+    QdqConfig,
+    activation_encodings,
+    config_dict,
+    fixed_encoding_overrides,
+    fuse_rms_norms,
+    io_encodings,
+    tied_kv_fixed_overrides,
+    tied_kv_overrides,
+    weight_bits,
+)
+from .qdq_float16 import activation_statistics, float16_nodes
+from .qdq_gptq import apply_rounded, gptq_weights
 from .quality import write_manifest_with_quality
 from .staging import copy_host_files, float_source, staged_folder
 
@@ -41,15 +57,14 @@ class RecordingEngine:
 
         graphs.run = run
 
-    def run_texts(self, texts: tuple[str, ...], width: int, limit: int) -> list[tuple[dict, dict]]:
-        """`limit` teacher-forced blocks of `width` tokens (chains) over the texts joined into one stream.
+    def run_stream(self, stream: list[int], width: int, limit: int) -> list[tuple[dict, dict]]:
+        """`limit` teacher-forced blocks of `width` tokens (chains) over the token stream, cycled.
 
         One stream, cycled, rather than one short text at a time: a wide graph then still gets `limit` calls,
         and later calls see a filled cache, as prefill chunks after the first do (calibrating a 64-wide
         prefill graph on 4 empty-cache calls left SmolLM2's QDQ at 31% top-1).
         """
         engine = self.engine
-        stream = [t for text in texts for t in engine.tokenizer.encode(text)]
         self.calls[width] = []
         engine.reset()
         start = 0
@@ -84,42 +99,87 @@ def observed_ranges(calls: list[tuple[dict, dict]]) -> dict[str, tuple[float, fl
     return ranges
 
 
-def quantize_graph_qdq(float_file: Path, calls: list[tuple[dict, dict]], num_layers: int, config: QdqConfig,
-                       mask_value: float) -> onnx.ModelProto:
-    from onnxruntime.quantization import QuantType, quantize
-    from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
-
+def fused_float_graph(float_file: Path) -> onnx.ModelProto:
+    """The float graph with shapes inferred and every RMSNorm fused into one node (qdq.fuse_rms_norms)."""
     model = onnx.load(str(float_file))
     # types of every intermediate tensor, inferred before the fusion brings in a non-standard op:
     # the calibrator only observes tensors whose type it knows
     model = onnx.shape_inference.infer_shapes(model)
     fused = fuse_rms_norms(model)
     log.info("%s: %d RMSNorms fused", float_file.name, fused)
+    return model
+
+
+def recipe_overrides(model: onnx.ModelProto, calls: list[tuple[dict, dict]], num_layers: int, config: QdqConfig,
+                     fixed: dict[str, dict] | None = None) -> dict[str, list[dict]]:
+    """The quantizer's tensor overrides: fixed ranges, tied K/V, per-channel weights, and with `fixed` (the
+    activation_encodings of another width's QDQ graph) those encodings instead of this graph's calibration."""
+    from onnxruntime.quantization import QuantType
+
     overrides = tied_kv_overrides(model, observed_ranges(calls), num_layers)
     overrides["rope_cos"] = overrides["rope_sin"] = [{"rmin": np.float32(-1.0), "rmax": np.float32(1.0)}]
-    overrides["attention_bias"] = [{"rmin": np.float32(mask_value), "rmax": np.float32(0.0)}]
+    overrides["attention_bias"] = [{"rmin": np.float32(config.mask_value), "rmax": np.float32(0.0)}]
     if config.per_channel:
         inits = {t.name for t in model.graph.initializer if len(t.dims) == 2}
-        weight_type = QuantType.QInt8 if config.weight_bits == 8 else QuantType.QInt4
+        types = {16: QuantType.QInt16, 8: QuantType.QInt8, 4: QuantType.QInt4}
         for node in model.graph.node:
             if node.op_type == "MatMul" and node.input[1] in inits:
-                overrides[node.input[1]] = [{"axis": 1, "quant_type": weight_type, "symmetric": True}]
+                overrides[node.input[1]] = [{"axis": 1, "quant_type": types[weight_bits(node.name, config)],
+                                             "symmetric": True}]
+    if fixed:
+        overrides.update(fixed_encoding_overrides(fixed))
+        overrides.update(tied_kv_fixed_overrides(model, fixed, num_layers))
+    return overrides
+
+
+def quantize_graph_qdq(model: onnx.ModelProto, calls: list[tuple[dict, dict]], overrides: dict[str, list[dict]],
+                       float_nodes: list[str], config: QdqConfig) -> onnx.ModelProto:
+    """onnxruntime's static QDQ pass for the QNN EP over the fused float graph; `float_nodes` stay float."""
+    from onnxruntime.quantization import QuantType, quantize
+    from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
+
     activation = QuantType.QUInt16 if config.activation_bits == 16 else QuantType.QUInt8
     weight = QuantType.QUInt8 if config.weight_bits == 8 else QuantType.QUInt4
     qconfig = get_qnn_qdq_config(model, _Reader([feeds for feeds, _ in calls]), activation_type=activation,
-                                 weight_type=weight, init_overrides=overrides)
+                                 weight_type=weight, init_overrides=overrides, nodes_to_exclude=float_nodes or None)
     quiet = logging.getLogger().level
     logging.getLogger().setLevel(logging.WARNING)  # the quantizer logs every node at INFO
     with tempfile.TemporaryDirectory(prefix="mtpedge-qdq-") as work:
         fused_file, out = Path(work) / "fused.onnx", Path(work) / "qdq.onnx"
         # a path, not the ModelProto: given a proto, the quantizer's calibration misses tensors
         onnx.save_model(model, fused_file, save_as_external_data=True, location="fused.data")
-        del model
         try:
             quantize(str(fused_file), str(out), qconfig)
         finally:
             logging.getLogger().setLevel(quiet)
         return onnx.load(str(out))
+
+
+def gptq_targets(model: onnx.ModelProto, config: QdqConfig, float_nodes: list[str]) -> dict[str, int]:
+    """MatMul name -> bits for the weights GPTQ rounds: the quantized ones below 16 bits."""
+    inits = {t.name for t in model.graph.initializer}
+    return {n.name: weight_bits(n.name, config) for n in model.graph.node
+            if n.op_type == "MatMul" and n.input[1] in inits and n.name not in float_nodes
+            and weight_bits(n.name, config) < 16}
+
+
+def calibration_stream(src: Path, config: QdqConfig, say: Callable[[str], None]) -> list[int]:
+    """Token ids to calibrate on: the float model's own greedy answers to the project's prompts, or the texts."""
+    if config.calibration == "texts":
+        tokenizer = Engine.load(src).tokenizer
+        return [t for text in CALIBRATION_TEXTS for t in tokenizer.encode(text)]
+    from mtpedge.models.distill_data import prompt_set
+
+    started = time.perf_counter()
+    engine, stream = Engine.load(src), []
+    for prompt in prompt_set(CALIBRATION_PROMPTS):
+        ids = engine.tokenizer.encode_chat([{"role": "user", "content": prompt}])[:engine.context // 2]
+        answer = generate(engine, ids, min(CALIBRATION_ANSWER_TOKENS, engine.context - len(ids) - 1),
+                          on_overflow="stop").token_ids  # greedy; stops at the model's end of turn
+        stream += [int(t) for t in ids + answer]
+    say(f"calibration data: the float model's answers to {CALIBRATION_PROMPTS} prompts, {len(stream)} tokens "
+        f"({time.perf_counter() - started:.1f} s)")
+    return stream
 
 
 def qdq_bundle(src: str | Path, out_dir: str | Path, config: QdqConfig | None = None,
@@ -134,24 +194,45 @@ def qdq_bundle(src: str | Path, out_dir: str | Path, config: QdqConfig | None = 
     with staged_folder(out_dir, "qdq") as tmp:
         copy_host_files(src, manifest, tmp)
         shared = SharedWeights(tmp / "weights.data")
-        entries, encodings = [], {}
+        entries, encodings = {}, {}
+        widest_first = sorted(manifest.graphs, key=lambda g: -g.width)
+        stream = calibration_stream(src, config, say)
+        fixed: dict[str, dict] | None = None  # the widest graph's activation encodings, for every other width
+        float_nodes: list[str] = []  # decided on the widest graph; node names are the same in every width
+        rounded: dict = {}  # GPTQ's 8-bit weights by MatMul name, computed on the widest graph, used in every width
         try:
-            for i, entry in enumerate(manifest.graphs, 1):
-                calls = recorder.run_texts(CALIBRATION_TEXTS, entry.width, config.samples_per_graph)
+            for i, entry in enumerate(widest_first, 1):
+                # the other widths take the widest graph's encodings: a couple of calls only feed the quantizer
+                limit = config.samples_per_graph if fixed is None else 2
+                calls = recorder.run_stream(stream, entry.width, limit)
                 step = time.perf_counter()
-                model = quantize_graph_qdq(src / entry.file, calls, manifest.config.num_layers, config,
-                                           config.mask_value)
+                model = fused_float_graph(src / entry.file)
+                if fixed is None:
+                    stats = (activation_statistics(model, [feeds for feeds, _ in calls[:4]])
+                             if config.outlier_ratio > 0 else None)
+                    float_nodes = float16_nodes(model, stats, config.float16_stream, config.outlier_ratio)
+                    if config.gptq:
+                        rounded = gptq_weights(model, [feeds for feeds, _ in calls], gptq_targets(model, config,
+                                                                                                   float_nodes))
+                overrides = recipe_overrides(model, calls, manifest.config.num_layers, config, fixed)
+                overrides.update(apply_rounded(model, rounded))
+                model = quantize_graph_qdq(model, calls, overrides, float_nodes, config)
+                if fixed is None:
+                    fixed = activation_encodings(model)
                 encodings[entry.name] = io_encodings(model)
                 shared.externalize(model)
                 onnx.save_model(model, tmp / entry.file)
-                entries.append(replace(entry, precision=config.label))
-                say(f"[{i}/{len(manifest.graphs)}] QDQ {entry.name}: calibrated on {len(calls)} calls "
-                    f"({time.perf_counter() - step:.1f} s)")
+                entries[entry.name] = replace(entry, precision=config.label)
+                how = f"calibrated on {len(calls)} calls" if i == 1 else f"the encodings of {widest_first[0].name}"
+                say(f"[{i}/{len(manifest.graphs)}] QDQ {entry.name}: {how} ({time.perf_counter() - step:.1f} s)")
                 del model
         finally:
             shared.close()
-        info = {"config": config_dict(config), "encodings": encodings, "tied_kv": True,
-                "calibration_texts": len(CALIBRATION_TEXTS)}
+        info = {"config": config_dict(config), "encodings": {g.name: encodings[g.name] for g in manifest.graphs},
+                "tied_kv": True, "encodings_from": widest_first[0].name, "float16_nodes": float_nodes,
+                "gptq_weights": len(rounded),
+                "calibration_tokens": len(stream)}
+        entries = [entries[g.name] for g in manifest.graphs]
         new = replace(manifest, graphs=entries, mask_value=config.mask_value,
                       extras={**manifest.extras, "qdq": info})
         write_manifest_with_quality(tmp, src, new, quality, say)

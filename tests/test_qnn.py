@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import gc
 import json
+import platform
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
 
-from mtpedge.export.qdq import QDQ_MASK_VALUE, QdqConfig, fuse_rms_norms
+from mtpedge.export.qdq import QDQ_MASK_VALUE, QdqConfig, activation_encodings, fuse_rms_norms
 from mtpedge.export.qdq_bundle import qdq_bundle
 from mtpedge.export.quality import sequence_logits
 from mtpedge.runtime.bundle import BundleError, read_manifest
@@ -72,6 +73,18 @@ def test_qdq_bundle_ties_kv_encodings_and_records_them(qdq_tiny):
     assert quality["perplexity"]["quantized"] > 0 and 0 <= quality["top1_agreement"] <= 1
 
 
+def test_every_width_takes_the_widest_graphs_activation_encodings(qdq_tiny):
+    """A row must compute the same numbers in a wide verification call as in plain decoding's narrow one."""
+    manifest = read_manifest(qdq_tiny)
+    by_graph = {g.name: activation_encodings(onnx.load(str(qdq_tiny / g.file))) for g in manifest.graphs}
+    widest = max(manifest.graphs, key=lambda g: g.width).name
+    assert manifest.extras["qdq"]["encodings_from"] == widest
+    for name, encodings in by_graph.items():
+        common = encodings.keys() & by_graph[widest].keys()
+        assert len(common) > 0.9 * len(encodings), name
+        assert {t: encodings[t] for t in common} == {t: by_graph[widest][t] for t in common}, name
+
+
 def test_qdq_config_refuses_a_huge_mask_value():
     with pytest.raises(ValueError, match="about -100"):
         QdqConfig(mask_value=-1e9)
@@ -93,11 +106,11 @@ def test_qnn_bundle_compiles_and_runs_with_its_stamps_checked(qdq_tiny, tmp_path
     needs_qnn()
     from mtpedge.export.qnn_compile import compile_qnn_bundle, soc_target
 
-    out = compile_qnn_bundle(qdq_tiny, tmp_path / "qnn", "sm8750")
+    out = compile_qnn_bundle(qdq_tiny, tmp_path / "qnn", "sm8750", share_weights=False)
     manifest = read_manifest(out)
     target = manifest.extras["qnn"]
     assert (target["htp_arch"], target["soc_model"]) == (79, 69)
-    assert len(target["context_binaries"]) == len(manifest.graphs)
+    assert len(target["context_binaries"]) == len(manifest.graphs) and not target["weight_sharing"]
     for entry in manifest.graphs:  # compile_graph refuses partial placement; check the saved files too
         assert {n.op_type for n in onnx.load(str(out / entry.file), load_external_data=False).graph.node} == \
             {"EPContext"}
@@ -117,6 +130,62 @@ def test_qnn_bundle_compiles_and_runs_with_its_stamps_checked(qdq_tiny, tmp_path
         Engine.load(out, providers=[QNN])
     with pytest.raises(ValueError, match="unknown SoC"):
         soc_target("snapdragon-1")
+
+
+def test_shared_weights_one_binary_every_graph_runs_on_the_htp(qdq_tiny, tmp_path):
+    """All widths in one QNN context: one binary, the weights in it once, each graph run on the simulator in
+    its compile session (CPU fallback disabled) and close to the CPU QDQ graph."""
+    needs_qnn()
+    from mtpedge.export.qnn_compile import compile_qnn_bundle
+
+    manifest = read_manifest(qdq_tiny)
+    rng = np.random.default_rng(0)
+    checked = []
+
+    def run_in_context(i, session):
+        entry = manifest.graphs[i]
+        feeds = {name: rng.normal(0, 0.3, shape).astype(np.float32) for name, shape in entry.inputs.items()}
+        feeds["attention_bias"][:] = 0.0
+        cpu = ort.InferenceSession(str(qdq_tiny / entry.file), providers=["CPUExecutionProvider"])
+        assert_htp_close(session.run(["logits"], feeds)[0], cpu.run(["logits"], feeds)[0])
+        checked.append(entry.name)
+
+    shared = compile_qnn_bundle(qdq_tiny, tmp_path / "shared", "sm8750", on_compiled=run_in_context)
+    assert checked == [g.name for g in manifest.graphs]
+    target = read_manifest(shared).extras["qnn"]
+    assert target["weight_sharing"] and len(target["context_binaries"]) == 1
+    for entry in read_manifest(shared).graphs:
+        (node,) = onnx.load(str(shared / entry.file), load_external_data=False).graph.node
+        assert node.op_type == "EPContext"
+        assert onnx.helper.get_attribute_value(node.attribute[[a.name for a in node.attribute].index(
+            "ep_cache_context")]).decode() == target["context_binaries"][0]
+    separate = read_manifest(compile_qnn_bundle(qdq_tiny, tmp_path / "separate", "sm8750", share_weights=False))
+    weights = (qdq_tiny / "weights.data").stat().st_size
+    # one copy of the weights instead of one per graph (the rest of each binary is the graph itself)
+    assert target["context_bytes"] < separate.extras["qnn"]["context_bytes"] - (len(manifest.graphs) - 1) * weights
+    if platform.machine().lower() not in ("aarch64", "arm64"):
+        with pytest.raises(BundleError, match="--no-share-weights"):
+            Engine.load(shared, providers=[QNN])
+
+
+def test_generate_on_the_htp_with_a_drafter_equals_plain_decoding(qdq_tiny, tmp_path, capsys):
+    """`mtpedge generate --device qnn`: the hybrid drafter's tokens are plain decoding's, on the same QNN graphs."""
+    needs_qnn()
+    from mtpedge.export.qnn_compile import compile_qnn_bundle
+    from mtpedge.main import main
+
+    out = compile_qnn_bundle(qdq_tiny, tmp_path / "qnn", "sm8750", share_weights=False)
+
+    def tokens(prompt, drafter):
+        assert main(["generate", prompt, "--bundle", str(out), "--device", "qnn", "--json", "--max-new-tokens", "12",
+                     "--drafter", drafter]) == 0
+        gc.collect()
+        return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+    for prompt in ("Explain how a bicycle works.", "Write a short story about a storm.", "the the the the"):
+        plain, drafted = tokens(prompt, "none"), tokens(prompt, "hybrid")
+        assert drafted["token_ids"] == plain["token_ids"] and len(plain["token_ids"]) == 12
+        assert drafted["decode_calls"] <= plain["decode_calls"]
 
 
 def test_compiling_a_float_bundle_is_refused(tiny_bundle, tmp_path):
