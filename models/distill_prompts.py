@@ -215,18 +215,15 @@ DOCUMENT_TASKS = (
 
 
 def _numbered_walk(templates: tuple[str, ...], fills: tuple[str, ...], key: str, count: int) -> list[str]:
-    """`count` distinct template x fill prompts, walking fills first with a stride over templates."""
+    """`count` distinct template x fill prompts: round r gives every fill one template, fill f's template being
+    (7 f + r) mod T, so neighbours differ and no fill meets the same template twice within T rounds."""
     total = len(templates) * len(fills)
     if count > total:
         raise ValueError(f"only {total} {key} prompts exist, {count} were asked for")
-    stride = 7  # coprime with the template counts: neighbouring prompts use different templates
     out = []
     for i in range(count):
-        fill = fills[i % len(fills)]
-        template = templates[(i // len(fills) + stride * i) % len(templates)]
-        out.append(template.format(**{key: fill}))
-    if len(set(out)) != count:
-        raise AssertionError("the walk repeated a prompt: change the stride")
+        round_, f = divmod(i, len(fills))
+        out.append(templates[(7 * f + round_) % len(templates)].format(**{key: fills[f]}))
     return out
 
 
