@@ -154,16 +154,16 @@ class BatchedGenerator:
 
     # -- choosing tokens --------------------------------------------------------------------------------
     def _choose(self, logits: torch.Tensor, rows: list[_Row]) -> list[int]:
-        probs = torch.softmax(logits, dim=-1)
-        top_probs, top_ids = torch.topk(probs, self.config.top_k, dim=-1)
+        top_probs, top_ids = torch.topk(torch.softmax(logits, dim=-1), self.config.top_k, dim=-1)
+        top_probs, top_ids = top_probs.cpu(), top_ids.cpu()  # one copy per step, not per row
         chosen = logits.argmax(-1).tolist()
         for b, row in enumerate(rows):
             if row.request.temperature > 0:
                 tempered = torch.softmax(logits[b].double() / row.request.temperature, dim=-1)
                 cdf = torch.cumsum(tempered, 0).cpu().numpy()
                 chosen[b] = int(min(np.searchsorted(cdf, row.rng.random() * cdf[-1], side="right"), cdf.size - 1))
-            row.top_ids.append(top_ids[b].cpu())
-            row.top_probs.append(top_probs[b].cpu())
+            row.top_ids.append(top_ids[b])
+            row.top_probs.append(top_probs[b])
         return chosen
 
     def _finish(self, row: _Row, token: int) -> Answer | None:
