@@ -74,9 +74,9 @@ class DistillStream:
         """Re-read the file if it changed; True if it did."""
         from .distill_data import load_distill_data
 
-        if not self.path.is_file():
-            raise FileNotFoundError(f"distillation data {self.path} does not exist: pass --data with the .npz "
-                                    "that `make_distill_data` / `save_distill_data` wrote")
+        if not self.path.exists():
+            raise FileNotFoundError(f"distillation data {self.path} does not exist: pass --data with the folder "
+                                    "of `mtpedge distill` (or an .npz of `save_distill_data`)")
         mtime = self.path.stat().st_mtime
         if mtime == self.mtime:
             return False
