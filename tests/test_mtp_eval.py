@@ -136,3 +136,22 @@ def test_training_with_teacher_targets_and_heldout_evaluation(tiny_model_dir, tm
     with pytest.raises(ValueError, match="teacher's top-k"):
         train(adapter, [DistillSample(s.prompt_ids, s.response_ids) for s in samples],
               TrainConfig(steps=1, teacher_weight=0.5), tmp_path / "b.pt", {}, {})
+
+
+def test_teacher_targets_line_up_with_the_tokens_each_mask_predicts(tiny_model_dir):
+    """A teacher that puts all its mass on the true next token gives exactly the hard-label loss."""
+    from mtpedge.models.mtp_training import MtpTrainer
+
+    rng = np.random.default_rng(3)
+    vocab = load_model(tiny_model_dir("llama")).config.vocab_size
+    response = rng.integers(0, vocab, 20)
+    ids = np.stack([response, (response + 7) % vocab], 1).astype(np.int32)  # the true token first, prob 1
+    sample = DistillSample(rng.integers(0, vocab, 30), response, ids, np.tile(np.float16([1, 0]), (20, 1)))
+    losses = []
+    for weight in (0.0, 1.0):
+        torch.manual_seed(0)
+        adapter = MtpAdapter(load_model(tiny_model_dir("llama")).decoder, MtpConfig(k=3, rank=2))
+        trainer = MtpTrainer(adapter, TrainConfig(max_seq_len=24, max_blocks=8, teacher_weight=weight))
+        losses.append(trainer.train_step(0, sample))  # the prompt is cut from the left to fit 24 tokens
+    assert losses[0]["ce_mask"] == pytest.approx(losses[1]["ce_mask"], rel=1e-5)
+    assert losses[0]["ce_sampler"] == pytest.approx(losses[1]["ce_sampler"], rel=1e-5)
