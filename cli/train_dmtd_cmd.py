@@ -30,6 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="steps between held-text perplexity checks (default 250, 0 = never)")
     parser.add_argument("--resume", action="store_true", help="continue DIR/dmtd.pt")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present, else CPU), cpu or cuda")
     parser.add_argument("--export-bundle", help="after training, write a DMTD bundle here (base graphs + the copy's)")
     parser.add_argument("--context", type=int, default=1024, help="bundle context (default 1024)")
     parser.add_argument("--copy-widths", type=parse_widths, default=(1, 4, 8),
@@ -39,15 +40,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from mtpedge.models.device import resolve_device
     from mtpedge.models.dmtd_train import CHECKPOINT, TrainSettings, train_dmtd
     from mtpedge.models.loading import load_model
 
+    device = resolve_device(args.device)
     torch.set_num_threads(args.threads)
     settings = TrainSettings(decoding_layers=args.decoding_layers, taus=args.taus, steps=args.steps, lr=args.lr,
                              max_len=args.max_len, checkpoint_every=args.checkpoint_every,
                              eval_every=args.eval_every)
     out = Path(args.out)
     loaded = load_model(args.model)
+    loaded.decoder.to(device)
     ckpt = out / CHECKPOINT
     if args.steps > 0:
         if not args.data:
@@ -59,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
 
         if not ckpt.is_file():
             raise ValueError(f"{ckpt} does not exist: train first (--steps > 0)")
+        loaded.decoder.to("cpu")  # the graphs are traced on the CPU
         config = DmtdExportConfig(context=args.context, copy_widths=tuple(args.copy_widths))
         export_dmtd_bundle(loaded, ckpt, Path(args.export_bundle), config, progress=print)
     return 0

@@ -85,11 +85,11 @@ class Causal:
     """RoPE tables, causal bias and empty past for a teacher-forced pass of n tokens through decoder layers."""
 
     def __init__(self, decoder: Decoder, n: int) -> None:
-        cfg = decoder.cfg
+        cfg, device = decoder.cfg, decoder.lm_head.weight.device
         cos, sin = rope_tables(np.arange(n), inverse_frequencies(cfg.rope, cfg.head_dim))
-        self.cos, self.sin = torch.from_numpy(cos), torch.from_numpy(sin)
-        self.bias = torch.triu(torch.full((n, n), MASK_VALUE), diagonal=1)[None, None]
-        self.past = torch.zeros(1, cfg.num_kv_heads, 0, cfg.head_dim)
+        self.cos, self.sin = torch.from_numpy(cos).to(device), torch.from_numpy(sin).to(device)
+        self.bias = torch.triu(torch.full((n, n), MASK_VALUE, device=device), diagonal=1)[None, None]
+        self.past = torch.zeros(1, cfg.num_kv_heads, 0, cfg.head_dim, device=device)
 
     def run(self, layers, h: torch.Tensor) -> torch.Tensor:
         for layer in layers:
@@ -98,7 +98,8 @@ class Causal:
 
 
 def embed(decoder: Decoder, ids: np.ndarray) -> torch.Tensor:
-    return decoder.model.embed_tokens(torch.as_tensor(np.asarray(ids, dtype=np.int64))[None])
+    ids = torch.as_tensor(np.asarray(ids, dtype=np.int64), device=decoder.lm_head.weight.device)
+    return decoder.model.embed_tokens(ids[None])
 
 
 @torch.no_grad()
@@ -112,7 +113,7 @@ def dmtd_logits(decoder: Decoder, head: DmtdHead, ids: np.ndarray, h_think: torc
                 gate: np.ndarray) -> torch.Tensor:
     """Logits (n, vocab) of the gated pass: the decoding copy sees emb + M * h_think."""
     emb = embed(decoder, ids)
-    mask = torch.from_numpy(gate.astype(np.float32))[None, :, None]
+    mask = torch.from_numpy(gate.astype(np.float32)).to(emb.device)[None, :, None]
     h = Causal(decoder, len(ids)).run(head.layers, emb + mask * h_think)
     return decoder.lm_head(head.norm(h))[0]
 
@@ -133,7 +134,7 @@ def perplexities(decoder: Decoder, head: DmtdHead, ids: np.ndarray, taus: tuple[
     """
     ids = np.asarray(ids, dtype=np.int64)
     h_think = thinking_hidden(decoder, ids, head.split)
-    targets = torch.from_numpy(ids[anchor + 1:])
+    targets = torch.from_numpy(ids[anchor + 1:]).to(h_think.device)
 
     def ppl(logits: torch.Tensor) -> float:
         loss = torch.nn.functional.cross_entropy(logits[anchor:-1], targets)

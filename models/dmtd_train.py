@@ -74,9 +74,9 @@ class DistillStream:
         """Re-read the file if it changed; True if it did."""
         from .distill_data import load_distill_data
 
-        if not self.path.is_file():
-            raise FileNotFoundError(f"distillation data {self.path} does not exist: pass --data with the .npz "
-                                    "that `make_distill_data` / `save_distill_data` wrote")
+        if not self.path.exists():
+            raise FileNotFoundError(f"distillation data {self.path} does not exist: pass --data with the folder "
+                                    "of `mtpedge distill` (or an .npz of `save_distill_data`)")
         mtime = self.path.stat().st_mtime
         if mtime == self.mtime:
             return False
@@ -121,7 +121,7 @@ def load_head(path: Path, loaded: LoadedModel) -> tuple[DmtdHead, dict]:
     if state.get("base_sha256") != loaded.source_sha256:
         raise ValueError(f"{path} was trained on {state.get('base_name')}, not on {loaded.name} (weights differ): "
                          "pass the base model the checkpoint was trained on")
-    head = DmtdHead(loaded.decoder, int(state["decoding_layers"]))
+    head = DmtdHead(loaded.decoder, int(state["decoding_layers"])).to(loaded.decoder.lm_head.weight.device)
     head.load_state_dict(state["head"])
     return head, state
 
@@ -138,7 +138,7 @@ def train_dmtd(loaded: LoadedModel, data: Path, out_dir: Path, settings: TrainSe
     decoder = loaded.decoder.eval()
     for p in decoder.parameters():  # embeddings, thinking layers, base decoding layers and LM head stay frozen
         p.requires_grad_(False)
-    head = DmtdHead(decoder, settings.decoding_layers)
+    head = DmtdHead(decoder, settings.decoding_layers).to(decoder.lm_head.weight.device)
     optimizer = torch.optim.AdamW(head.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
     step, history = 0, []
     if resume and ckpt.is_file():
@@ -168,7 +168,7 @@ def train_dmtd(loaded: LoadedModel, data: Path, out_dir: Path, settings: TrainSe
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(settings, step)
         logits = dmtd_logits(decoder, head, ids, stream.hidden(ids), cyclic_gate(len(ids), tau, anchor))
-        loss = torch.nn.functional.cross_entropy(logits[:-1], torch.from_numpy(ids[1:]))
+        loss = torch.nn.functional.cross_entropy(logits[:-1], torch.from_numpy(ids[1:]).to(logits.device))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)

@@ -86,3 +86,19 @@ def test_training_lowers_the_gated_loss_and_resume_is_exact(tiny_loaded, tiny_da
     before = perplexities(tiny_loaded.decoder, DmtdHead(tiny_loaded.decoder, 1), ids, (2,), anchor)["tau2"]
     after = perplexities(tiny_loaded.decoder, trained, ids, (2,), anchor)["tau2"]
     assert after < before
+
+
+def test_the_stream_reads_a_folder_of_shards_and_sees_it_grow(tiny_loaded, tiny_data, tmp_path):
+    """`mtpedge distill` writes a folder of shards; the DMTD trainer takes it as --data while it grows."""
+    import os
+
+    from mtpedge.models.distill_data import load_distill_data, save_distill_data
+    from mtpedge.models.dmtd_train import DistillStream
+
+    samples = load_distill_data(tiny_data)
+    save_distill_data(samples[:2], tmp_path / "first-0000.npz")
+    stream = DistillStream(tmp_path, tiny_loaded.decoder, DmtdHead(tiny_loaded.decoder, 1), max_len=64)
+    assert len(stream.sequences) == 2
+    save_distill_data(samples[2:], tmp_path / "first-0001.npz")
+    os.utime(tmp_path, (0, stream.mtime + 1))  # a new shard renamed into the folder changes its mtime
+    assert stream.refresh() and len(stream.sequences) == 3
