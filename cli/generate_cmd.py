@@ -13,7 +13,7 @@ import json
 import math
 import sys
 
-from mtpedge.bundles import ensure_bundle
+from mtpedge.bundles import DMTD_DRAFTERS, ensure_bundle
 from mtpedge.runtime.sampling import SamplingConfig
 
 DEFAULT_CONTEXT = 1024  # of an automatic export
@@ -97,7 +97,7 @@ def load_engine(args: argparse.Namespace, say=print):
     from mtpedge.runtime.generate import LOSSY_WARNING
 
     folder = ensure_bundle(args.bundle, args.model, args.context or DEFAULT_CONTEXT, say=say,
-                           mtp=args.drafter.name == "mtp")
+                           mtp=args.drafter.name == "mtp", dmtd=args.drafter.name in DMTD_DRAFTERS)
     check_fits(args.drafter, [g.width for g in read_manifest(folder).graphs])
     if args.drafter.name in DRAFTERS and DRAFTERS[args.drafter.name].lossy:
         print(f"warning: {LOSSY_WARNING.format(name=args.drafter.name)}", file=sys.stderr)

@@ -20,7 +20,7 @@ import os
 import signal
 import sys
 
-from mtpedge.bundles import ensure_bundle
+from mtpedge.bundles import DMTD_DRAFTERS, ensure_bundle
 from mtpedge.generate_cmd import drafter_spec
 from mtpedge.runtime.sampling import DEFAULT_TEMPERATURE
 
@@ -67,8 +67,8 @@ def run(args: argparse.Namespace) -> int:
     if args.max_queue < 1:
         raise ValueError(f"--max-queue must be >= 1, got {args.max_queue}")
     check_bind(args.host, args.api_key)  # before the model loads
-    engine = Engine.load(ensure_bundle(args.bundle, args.model, args.context, mtp=args.drafter.name == "mtp"),
-                         threads=args.threads)
+    engine = Engine.load(ensure_bundle(args.bundle, args.model, args.context, mtp=args.drafter.name == "mtp",
+                                       dmtd=args.drafter.name in DMTD_DRAFTERS), threads=args.threads)
     drafter = make_drafter(args.drafter, engine)  # refuse now, not at the first request, what the bundle cannot run
     if drafter is not None and drafter.lossy:
         print(f"warning: {LOSSY_WARNING.format(name=drafter.name)}", file=sys.stderr)

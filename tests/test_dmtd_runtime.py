@@ -16,9 +16,11 @@ PROMPTS = [[1, 5, 9, 33, 2], [7, 7, 7, 120, 45, 3, 99, 18, 200, 11, 4, 61, 62, 6
 
 @pytest.fixture(scope="module")
 def tiny_dmtd(tiny_model_dir, tmp_path_factory):
-    """A DMTD bundle of the tiny llama (D = 1 of 3 layers), its copy trained a few steps on the model's output."""
+    """A DMTD bundle of the tiny llama (m = 1 thinking + D = 1 decoding layer of 3), trained a few steps on the
+    model's output; its draft graphs score a shortlist of 100 tokens."""
     from mtpedge.export.dmtd_bundle import DmtdExportConfig, export_dmtd_bundle
     from mtpedge.models.distill_data import DistillSample, save_distill_data
+    from mtpedge.models.dmtd import DmtdConfig
     from mtpedge.models.dmtd_train import TrainSettings, train_dmtd
     from mtpedge.models.loading import load_model
 
@@ -28,25 +30,25 @@ def tiny_dmtd(tiny_model_dir, tmp_path_factory):
     samples = [DistillSample(rng.integers(3, 300, 6), rng.integers(3, 300, 20)) for _ in range(4)]
     folder = tmp_path_factory.mktemp("dmtd")
     save_distill_data(samples, folder / "data.npz")
+    config = DmtdConfig(decoding_layers=1, thinking_layers=1, lora_rank=4, lora_alpha=4.0)
     ckpt = train_dmtd(loaded, folder / "data.npz", folder / "ckpt",
-                      TrainSettings(decoding_layers=1, steps=8, lr=3e-3, warmup=1, eval_every=0))
-    config = DmtdExportConfig(context=256, prefill_width=16, decode_widths=(1, 8), copy_widths=(1, 4, 8))
-    bundle = export_dmtd_bundle(loaded, ckpt, folder / "bundle", config)
+                      TrainSettings(model=config, steps=8, lr=3e-3, warmup=1, eval_every=0))
+    export = DmtdExportConfig(context=256, prefill_width=16, decode_widths=(1, 8), copy_widths=(1, 4, 8),
+                              shortlist=100)
+    bundle = export_dmtd_bundle(loaded, ckpt, folder / "bundle", export)
     return loaded, ckpt, bundle
 
 
 def test_the_graphs_tap_the_thinking_layers_output(tiny_dmtd):
-    """Every call's extra output is the residual stream entering the decoding layers, chunk after chunk."""
-    from mtpedge.models.dmtd import thinking_hidden
-    from mtpedge.models.dmtd_train import load_head
+    """Every call's extra output is the residual stream entering the first trained layer, chunk after chunk."""
+    from mtpedge.models.dmtd import tapped_states
 
-    loaded, ckpt, bundle = tiny_dmtd
-    head, _ = load_head(ckpt, loaded)
+    loaded, _, bundle = tiny_dmtd
     engine = Engine.load(bundle, threads=1)
     tokens = np.asarray(PROMPTS[2], dtype=np.int64)
     engine.reset()
     rows = np.concatenate([out.layer_hidden for out in engine.prefill_chunks(tokens)])
-    expected = thinking_hidden(loaded.decoder, tokens, head.split)[0].numpy()
+    expected = tapped_states(loaded.decoder, tokens, engine.manifest.extras["dmtd"]["tap_layer"])[0].numpy()
     np.testing.assert_allclose(rows, expected, atol=1e-5, rtol=1e-4)
 
 
@@ -66,13 +68,13 @@ def test_dmtd_spec_greedy_equals_plain_decoding(tiny_dmtd, draft_len):
 
 @pytest.mark.parametrize("tau", [1, 2, 3, 4])
 def test_dmtd_cyclic_refilling_is_the_trained_gated_pass(tiny_dmtd, tau):
-    """Inference with refilling computes exactly what training's gate describes: each generated token is the
-    argmax of the teacher-forced gated pass over the whole sequence (phase anchored at the last prompt token)."""
-    from mtpedge.models.dmtd import cyclic_gate, dmtd_logits, thinking_hidden
-    from mtpedge.models.dmtd_train import load_head
+    """Inference with refilling computes exactly what training's two streams describe: each generated token is
+    the argmax of the teacher-forced gated pass over the whole sequence (phase anchored at the last prompt token)."""
+    from mtpedge.models.dmtd import dmtd_logits, draft_windows, tapped_states
+    from mtpedge.models.dmtd_train import load_dmtd
 
     loaded, ckpt, bundle = tiny_dmtd
-    head, _ = load_head(ckpt, loaded)
+    model, _ = load_dmtd(ckpt, loaded)
     engine = Engine.load(bundle, threads=1)
     drafter = make_drafter(f"dmtd:tau={tau}", engine)
     for prompt in PROMPTS:
@@ -81,8 +83,8 @@ def test_dmtd_cyclic_refilling_is_the_trained_gated_pass(tiny_dmtd, tau):
         assert out.stats.lossless is False and out.stats.to_dict()["lossless"] is False
         ids = np.asarray(prompt + out.token_ids, dtype=np.int64)
         with torch.no_grad():
-            logits = dmtd_logits(loaded.decoder, head, ids, thinking_hidden(loaded.decoder, ids, head.split),
-                                 cyclic_gate(len(ids), tau, len(prompt) - 1))
+            logits = dmtd_logits(loaded.decoder, model, ids, tapped_states(loaded.decoder, ids, model.tap),
+                                 draft_windows(len(ids), tau, len(prompt) - 1))
         expected = logits[len(prompt) - 1: -1].argmax(-1).tolist()
         assert out.token_ids == expected
 
@@ -118,7 +120,7 @@ def test_generate_command_runs_both_modes_and_warns_for_the_lossy_one(tiny_dmtd,
         assert ("LOSSY" in captured.err) == (drafter == "dmtd:tau=2")
     assert outputs["dmtd-spec"]["token_ids"] == outputs["none"]["token_ids"]
     assert outputs["dmtd:tau=2"]["drafter_settings"] == {"drafter": "dmtd", "tau": 2, "decoding_layers": 1,
-                                                        "lossy": True}
+                                                        "thinking_layers": 1, "lossy": True}
     assert outputs["dmtd:tau=2"]["lossless"] is False and outputs["dmtd-spec"]["lossless"] is True
 
 
