@@ -1,4 +1,4 @@
-"""DMTD drafters on the shared decode loop, on a tiny model (and, slow, on SmolLM2 with an untrained copy)."""
+"""DMTD drafters on the shared decode loop, on a tiny model (and, slow, the shipped DMTD model of SmolLM2)."""
 
 from __future__ import annotations
 
@@ -141,26 +141,21 @@ def test_bench_methods_take_the_dmtd_names(tiny_dmtd):
 
 
 @pytest.mark.slow
-def test_smollm2_dmtd_spec_equals_plain_decoding(smollm2_model, tmp_path):
-    """SmolLM2 split 24 + 6, the copy untrained (losslessness must not depend on what the drafter learned):
-    greedy dmtd-spec output equals plain decoding of the same bundle's graphs on chat prompts."""
-    from mtpedge.export.dmtd_bundle import DmtdExportConfig, export_dmtd_bundle
-    from mtpedge.models.dmtd import DmtdHead
-    from mtpedge.models.dmtd_train import TrainSettings, save_checkpoint
+def test_default_dmtd_drafters_run_without_flags_and_dmtd_spec_equals_plain_decoding(smollm2_bundle, capsys):
+    """`--drafter dmtd-spec` with no bundle exports the default model with its shipped DMTD model (once, into the
+    cache's -dmtd bundle) and outputs exactly what plain decoding of the unchanged default bundle does; the lossy
+    `dmtd` runs there too and says it is lossy."""
+    import json
 
-    torch.set_num_threads(1)
-    head = DmtdHead(smollm2_model.decoder, 6)
-    ckpt = tmp_path / "dmtd.pt"
-    save_checkpoint(ckpt, head, torch.optim.AdamW(head.parameters()), 0, TrainSettings(decoding_layers=6),
-                    smollm2_model, [])
-    config = DmtdExportConfig(context=256, prefill_width=16, decode_widths=(1, 4), copy_widths=(1, 8),
-                              check_parity=False)
-    bundle = export_dmtd_bundle(smollm2_model, ckpt, tmp_path / "bundle", config)
-    engine = Engine.load(bundle, threads=1)
-    drafter = make_drafter("dmtd-spec:draft_len=3", engine)
+    from mtpedge.main import main
+
+    def run(*argv: str) -> dict:
+        assert main(["generate", *argv, "--max-new-tokens", "40", "--json", "--threads", "1"]) == 0
+        return json.loads(capsys.readouterr().out)
+
     for text in ["What is the capital of France?", "Write a haiku about the sea.", "Explain recursion briefly."]:
-        prompt = engine.tokenizer.encode_chat([{"role": "user", "content": text}])
-        plain = generate(engine, prompt, max_new_tokens=48).token_ids
-        spec = generate(engine, prompt, max_new_tokens=48, drafter=drafter)
-        assert spec.token_ids == plain
-        assert spec.stats.tokens_per_call >= 1.0
+        spec = run(text, "--drafter", "dmtd-spec")
+        assert spec["token_ids"] == run(text, "--bundle", str(smollm2_bundle))["token_ids"]
+        assert spec["lossless"] is True and spec["drafter_settings"]["drafter"] == "dmtd-spec"
+    lossy = run("Write a haiku about the sea.", "--drafter", "dmtd:tau=2")
+    assert lossy["lossless"] is False and len(lossy["token_ids"]) > 0
