@@ -1,247 +1,54 @@
-"""Quality of DMTD's lossy direct decoding vs the base model at each τ, on one DMTD bundle.
+"""Held-out quality of a DMTD model (default: the one shipped for SmolLM2) against the base model.
 
-    python benchmarks/dmtd_eval.py --bundle /tmp/dmtd-bundle --checkpoint /tmp/dmtd-run/d6/dmtd.pt \
-        --out benchmarks/results/dmtd --gsm 52
+    python benchmarks/dmtd_eval.py [--checkpoint dmtd.pt] --out benchmarks/results/dmtd/heldout.json
 
-Methods are drafter specs: `none` (plain decoding) and `dmtd:tau=T` (lossy, cycle T).
-(1) exact match on arithmetic questions written here (sums, differences, products; the last number of the
-answer is compared: the model often answers "23 + 45 = 68"), (2) exact match on Spec-Bench math_reasoning
-(GSM8K; scoring only, the number after "####" in the reference vs the last number of the answer),
-(3) teacher-forced perplexity on models/held_text.py's text (first 16 tokens as the prompt, cyclic gate after
-it), (4) on held-out prompts of the training distribution, top-1 agreement with the base model.
-Speed, τ and losslessness of dmtd-spec and dmtd are a bench run (benchmarks/results/dmtd/README.md):
-    mtpedge bench --bundle /tmp/dmtd-bundle --methods none,dmtd-spec:draft_len=3,dmtd:tau=4 --turns 1 --limit 4
+The figures are models/dmtd_eval.py's (teacher-forced): `dmtd-spec`'s τ and per-draft accuracy on held-out
+Spec-Bench questions (questions 5-6 of each category: the benchmark reports on the first 4), and the lossy
+`dmtd`'s top-1 agreement with the base model and perplexity at each τ, on the held text and on the base's own
+answers. Speed, τ and losslessness of both drafters at run time are a bench run:
+    mtpedge bench --methods none,dmtd-spec,dmtd:tau=2,dmtd:tau=3 --limit 4
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
-import sys
+import os
 import time
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+import torch
 
-from mtpedge.bench.questions import SPEC_BENCH, load_questions
-from mtpedge.runtime.drafters import make_drafter
-from mtpedge.runtime.engine import Engine
-from mtpedge.runtime.generate import generate
-
-NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
-
-
-def arithmetic_questions(count: int, seed: int = 7) -> list[tuple[str, int]]:
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(count):
-        kind = i % 3
-        if kind == 0:
-            a, b = (int(x) for x in rng.integers(10, 100, 2))
-            out.append((f"What is {a} + {b}? Reply with only the number.", a + b))
-        elif kind == 1:
-            a, b = sorted((int(x) for x in rng.integers(10, 100, 2)), reverse=True)
-            out.append((f"What is {a} - {b}? Reply with only the number.", a - b))
-        else:
-            a, b = int(rng.integers(2, 10)), int(rng.integers(2, 13))
-            out.append((f"What is {a} times {b}? Reply with only the number.", a * b))
-    return out
+from mtpedge.bench.questions import SPEC_BENCH
+from mtpedge.export.dmtd_bundle import resolve_dmtd
+from mtpedge.export.quality import HELD_TEXT
+from mtpedge.models.dmtd_eval import evaluate
+from mtpedge.models.dmtd_train import load_dmtd
+from mtpedge.models.loading import load_model
+from mtpedge.models.mtp_eval import heldout_questions, make_heldout
 
 
-def numbers(text: str) -> list[float]:
-    found = []
-    for match in NUMBER.findall(text):
-        try:
-            found.append(float(match.replace(",", "")))
-        except ValueError:
-            pass
-    return found
-
-
-class Runner:
-    def __init__(self, bundle: Path, threads: int) -> None:
-        self.engine = Engine.load(bundle, threads=threads)
-        self.tok = self.engine.tokenizer
-
-    def prompt(self, text: str) -> list[int]:
-        return self.tok.encode_chat([{"role": "user", "content": text}])
-
-    def run(self, spec: str, prompt: list[int], max_new: int):
-        return generate(self.engine, prompt, max_new, drafter=make_drafter(spec, self.engine))
-
-
-def quality(runner: Runner, methods: list[str], items: list[tuple[str, float]], max_new: int, last: bool,
-            say) -> dict:
-    """Exact match (first or last number of the answer) per method, and token agreement with `none`."""
-    correct, same = defaultdict(int), defaultdict(int)
-    examples = []
-    for i, (text, answer) in enumerate(items):
-        prompt = runner.prompt(text)
-        outs = {m: runner.run(m, prompt, max_new).token_ids for m in methods}
-        for m, ids in outs.items():
-            found = numbers(runner.tok.decode(ids))
-            got = (found[-1] if last else found[0]) if found else None
-            correct[m] += int(got is not None and abs(got - answer) < 1e-6)
-            same[m] += int(ids == outs["none"])
-        examples.append({"question": text, "answer": answer,
-                         **{m: runner.tok.decode(ids) for m, ids in outs.items()}})
-        say(f"  {i + 1}/{len(items)} " + " ".join(f"{m}={correct[m]}" for m in methods))
-    n = len(items)
-    return {"questions": n, "max_new_tokens": max_new, "scored_number": "last" if last else "first",
-            "exact_match": {m: correct[m] / n for m in methods},
-            "relative_to_base": {m: (correct[m] / correct["none"]) if correct["none"] else None for m in methods},
-            "identical_to_base_output": {m: same[m] / n for m in methods}, "answers": examples}
-
-
-def perplexity(checkpoint: Path, taus: list[int]) -> dict:
-    import torch
-
-    from mtpedge.models.dmtd import perplexities
-    from mtpedge.models.dmtd_train import held_text_ids, load_head
-    from mtpedge.models.loading import load_model
-
-    torch.set_num_threads(1)
-    loaded = load_model(None)
-    head, state = load_head(checkpoint, loaded)
-    ids = held_text_ids(loaded)
-    return {"tokens": int(len(ids)), "prompt_tokens": 16, "train_steps": int(state["step"]),
-            "perplexity": perplexities(loaded.decoder, head.eval(), ids, tuple(taus), anchor=16)}
-
-
-def in_domain(runner: Runner, checkpoint: Path, data: Path, count: int, taus: list[int], max_new: int,
-              say) -> dict:
-    """Held-out prompts of the training distribution (templates x topics the training file did not use): the
-    base model's greedy answer, then teacher-forced over it: perplexity and top-1 agreement with the base model
-    of DMTD at each τ (agreement = the fraction of answer positions where DMTD's argmax is the base's token)."""
-    import torch
-
-    from mtpedge.models.distill_data import TASKS, TOPICS, load_distill_prompts, prompt_set
-    from mtpedge.models.dmtd import cyclic_gate, dmtd_logits, thinking_hidden
-    from mtpedge.models.dmtd_train import load_head
-    from mtpedge.models.loading import load_model
-
-    torch.set_num_threads(1)
-    used = set(load_distill_prompts(data))
-    prompts = [p for p in prompt_set(len(TASKS) * len(TOPICS)) if p not in used][-count:]
-    loaded = load_model(None)
-    head, _ = load_head(checkpoint, loaded)
-    head.eval()
-    nll = defaultdict(float)
-    agree = defaultdict(int)
-    positions = 0
-    for i, text in enumerate(prompts):
-        prompt = runner.prompt(text)
-        answer = generate(runner.engine, prompt, max_new).token_ids
-        if len(answer) < 2:
-            continue
-        ids = np.asarray(prompt + answer, dtype=np.int64)
-        anchor = len(prompt) - 1
-        targets = torch.from_numpy(ids[anchor + 1:])
-        with torch.no_grad():
-            h = thinking_hidden(loaded.decoder, ids, head.split)
-            for tau in taus:
-                logits = dmtd_logits(loaded.decoder, head, ids, h, cyclic_gate(len(ids), tau, anchor))[anchor:-1]
-                nll[tau] += float(torch.nn.functional.cross_entropy(logits, targets, reduction="sum"))
-                agree[tau] += int((logits.argmax(-1) == targets).sum())
-        positions += len(targets)
-        say(f"  {i + 1}/{len(prompts)} " + " ".join(f"τ{t} {agree[t] / positions:.1%}" for t in taus))
-    return {"prompts": len(prompts), "answer_tokens": positions, "max_new_tokens": max_new,
-            "perplexity_of_base_answer": {f"tau{t}": float(np.exp(nll[t] / positions)) for t in taus},
-            "top1_agreement_with_base": {f"tau{t}": agree[t] / positions for t in taus}}
-
-
-def markdown(doc: dict) -> str:
-    """A short table view of the JSON document."""
-    lines = ["# DMTD on SmolLM2-135M (measured by benchmarks/dmtd_eval.py)", ""]
-    if "bundle" in doc:
-        lines += [f"Bundle: `{doc['bundle']['path']}`, DMTD settings {json.dumps(doc['bundle']['dmtd'])}", ""]
-    if "perplexity" in doc:
-        p = doc["perplexity"]
-        lines += [f"## Perplexity, held-out text ({p['tokens']} tokens, first {p['prompt_tokens']} as prompt)", "",
-                  "| model | perplexity |", "|---|---|"]
-        lines += [f"| {k} | {v:.2f} |" for k, v in p["perplexity"].items()] + [""]
-    for key, title in (("arithmetic", "Arithmetic exact match"), ("math_reasoning", "Spec-Bench math_reasoning")):
-        if key in doc:
-            q = doc[key]
-            lines += [f"## {title} ({q['questions']} questions, {q['max_new_tokens']} new tokens, greedy)", "",
-                      "| method | exact match | relative to base | output identical to base |", "|---|---|---|---|"]
-            for m, v in q["exact_match"].items():
-                rel = q["relative_to_base"][m]
-                lines.append(f"| {m} | {v:.1%} | {'-' if rel is None else f'{rel:.1%}'} | "
-                             f"{q['identical_to_base_output'][m]:.1%} |")
-            lines.append("")
-    if "in_domain" in doc:
-        d = doc["in_domain"]
-        lines += [f"## In-domain held-out prompts ({d['prompts']} prompts, {d['answer_tokens']} answer tokens of the "
-                  "base model, teacher-forced)", "",
-                  "| τ | top-1 agreement with base | perplexity of the base's answer |", "|---|---|---|"]
-        for key, value in d["top1_agreement_with_base"].items():
-            lines.append(f"| {key[3:]} | {value:.1%} | {d['perplexity_of_base_answer'][key]:.2f} |")
-        lines.append("")
-    return "\n".join(lines)
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--bundle", type=Path, required=True)
-    parser.add_argument("--checkpoint", type=Path, help="for the perplexity (torch); omitted: no perplexity")
-    parser.add_argument("--out", type=Path, required=True)
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--checkpoint", default="default", help="a DMTD checkpoint (default: the shipped model)")
+    parser.add_argument("--out", type=Path, required=True, help="JSON file the figures are written to")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--taus", default="2,3,4")
-    parser.add_argument("--arith", type=int, default=45, help="arithmetic questions")
-    parser.add_argument("--gsm", type=int, default=0, help="Spec-Bench math_reasoning questions (128 tokens)")
-    parser.add_argument("--in-domain", type=int, default=0, help="held-out prompts of the training distribution")
-    parser.add_argument("--data", type=Path,
-                        help="the training data file (its prompts are excluded from --in-domain; needed with it)")
-    parser.add_argument("--skip", default="", help="comma-separated sections to skip: ppl,arith,gsm")
     args = parser.parse_args()
-    skip = set(filter(None, args.skip.split(",")))
-    taus = [int(t) for t in args.taus.split(",")]
-    args.out.mkdir(parents=True, exist_ok=True)
-    doc_path = args.out / "dmtd_eval.json"
-    doc = json.loads(doc_path.read_text()) if doc_path.is_file() else {}
-
-    def say(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
-
-    def save() -> None:
-        doc_path.write_text(json.dumps(doc, indent=1))
-
+    torch.set_num_threads(args.threads)
     started = time.perf_counter()
-    if args.checkpoint and "ppl" not in skip:
-        say("perplexity on the held-out text")
-        doc["perplexity"] = perplexity(args.checkpoint, taus)
-        say(json.dumps(doc["perplexity"]))
-        save()
-    if "arith" in skip and "gsm" in skip and not args.in_domain:
-        (args.out / "dmtd_eval.md").write_text(markdown(doc))
-        return 0
-    runner = Runner(args.bundle, args.threads)
-    doc["bundle"] = {"path": str(args.bundle), "dmtd": {k: v for k, v in runner.engine.manifest.extras["dmtd"].items()
-                                                         if k != "parts"}}
-    if args.in_domain and args.checkpoint:
-        say("in-domain held-out prompts")
-        doc["in_domain"] = in_domain(runner, args.checkpoint, args.data, args.in_domain, taus, 96, say)
-        save()
-    quality_methods = ["none"] + [f"dmtd:tau={t}" for t in taus]
-    if "arith" not in skip and args.arith:
-        say("arithmetic exact match")
-        doc["arithmetic"] = quality(runner, quality_methods, arithmetic_questions(args.arith), 24, True, say)
-        save()
-    if "gsm" not in skip and args.gsm:
-        say("Spec-Bench math_reasoning exact match")
-        items = [(q.turns[0], numbers(q.reference[0].split("####")[-1])[0])
-                 for q in load_questions(SPEC_BENCH, ["math_reasoning"], args.gsm)]
-        doc["math_reasoning"] = quality(runner, quality_methods, items, 128, True, say)
-        save()
-    doc["elapsed_s"] = time.perf_counter() - started
-    save()
-    (args.out / "dmtd_eval.md").write_text(markdown(doc))
+    loaded = load_model(None)
+    model, state = load_dmtd(resolve_dmtd(args.checkpoint), loaded)
+    heldout = make_heldout(loaded, heldout_questions(SPEC_BENCH), 128)
+    held = np.asarray(loaded.tokenizer(HELD_TEXT, add_special_tokens=False)["input_ids"][:512], np.int64)
+    figures = evaluate(loaded.decoder.eval(), model, heldout, held)
+    doc = {"checkpoint": str(args.checkpoint), "config": state["config"], "step": state["step"],
+           "data_tokens": state.get("data_tokens"), "figures": figures,
+           "seconds": round(time.perf_counter() - started), "load_average": os.getloadavg()}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=1))
     print(json.dumps(doc, indent=1))
-    return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()

@@ -29,18 +29,19 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from mtpedge.bench.questions import SPEC_BENCH, load_questions, select_questions  # noqa: E402
 from mtpedge.export.quality import HELD_TEXT, perplexity, sequence_logits  # noqa: E402
 from mtpedge.runtime.drafters import make_drafter  # noqa: E402
 from mtpedge.runtime.engine import Engine  # noqa: E402
 from mtpedge.runtime.generate import generate  # noqa: E402
 from mtpedge.runtime.qnn import QNN_EP  # noqa: E402
-from tests.spec_bench import questions  # noqa: E402
 
 DEFAULT_DRAFTER = "hybrid"
 
 
 def spec_prompts(per_category: int, max_chars: int = 600) -> list[str]:
-    return [q["turns"][0] for q in questions(per_category, max_chars)]
+    short = [q for q in load_questions(SPEC_BENCH) if len(q.turns[0]) <= max_chars]
+    return [q.turns[0] for q in select_questions(short, limit=per_category)]
 
 
 def compare(ref: np.ndarray, quant: np.ndarray, ids: list[int]) -> dict:

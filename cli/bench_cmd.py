@@ -118,6 +118,14 @@ def names_mtp(methods: tuple[str, ...]) -> bool:
     return any(name.split(":")[0] == "mtp" for name in methods)
 
 
+def names_dmtd(methods: tuple[str, ...]) -> bool:
+    """Whether a DMTD drafter is named: then every method runs on the default model's DMTD bundle (its base graphs
+    are the plain ones with one more output)."""
+    from mtpedge.bundles import DMTD_DRAFTERS
+
+    return any(name.split(":")[0] in DMTD_DRAFTERS for name in methods)
+
+
 def run(args: argparse.Namespace) -> int:
     from mtpedge.bench.peers import PEERS
     from mtpedge.bench.questions import SPEC_BENCH
@@ -132,7 +140,8 @@ def run(args: argparse.Namespace) -> int:
                         ("--turns", args.turns)):
         if value is not None and value < 1:
             raise ValueError(f"{flag} must be at least 1, got {value}")
-    bundle = ensure_bundle(args.bundle, None, 1024, mtp=names_mtp(args.methods), precision=args.precision)
+    bundle = ensure_bundle(args.bundle, None, 1024, mtp=names_mtp(args.methods), dmtd=names_dmtd(args.methods),
+                           precision=args.precision)
     optimum_python = args.optimum_python or (Path(".venv-optimum/bin/python").absolute()
                                              if Path(".venv-optimum/bin/python").is_file() else None)
     methods = args.methods

@@ -23,13 +23,15 @@ FAST_BUCKETS = (256, 512)
 # width-4 call ~1.9x (benchmarks/results/fast), so cost-aware trees need a narrow graph between the two
 FAST_DECODE_WIDTHS = (1, 4, 16)
 
+# the cache label of the fast bundle; equal to export.quantize_bundle.FAST.label (tested), written here so that
+# a runtime-only install finds a cached fast bundle without importing the export side
+FAST_LABEL = "gguf-a4-down0"
+DMTD_DRAFTERS = ("dmtd-spec", "dmtd")  # drafters that run on a DMTD bundle (runtime/drafters/dmtd.py)
+
 
 def fast_buckets(context: int, widest: int = 64) -> tuple[int, ...]:
     """The buckets a fast bundle of `context` positions gets (those between its widest graph and its context)."""
     return tuple(b for b in FAST_BUCKETS if widest <= b < context)
-# the cache label of the fast bundle; equal to export.quantize_bundle.FAST.label (tested), written here so that
-# a runtime-only install finds a cached fast bundle without importing the export side
-FAST_LABEL = "gguf-a4-down0"
 
 
 def cache_root() -> Path:
@@ -55,21 +57,31 @@ def is_fast(model: str | None, precision: str) -> bool:
 
 
 def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print, mtp: bool = False,
-                  precision: str = "auto") -> Path:
+                  dmtd: bool = False, precision: str = "auto") -> Path:
     """The bundle to run: the one named, or the cached export of `model` (None = embedded default) at
     `precision` (see the module's docstring).
 
     mtp: the default model's bundle with the shipped multi-token adapter (a `-mtp` cache folder of its own,
-    since adapter graphs make plain decoding slower; float32: the quantizers do not handle adapter graphs)."""
+    since adapter graphs make plain decoding slower; float32: the quantizers do not handle adapter graphs).
+    dmtd: the default model's DMTD bundle with the shipped DMTD model (a `-dmtd` folder: tapped base graphs +
+    the trained copy's graphs, float32)."""
     if bundle:
         return Path(bundle)
+    if mtp and dmtd:
+        raise SystemExit("mtp and the dmtd drafters run on different bundles: name one family per run, or pass "
+                         "--bundle DIR")
     if mtp and model is not None:
         raise SystemExit("the mtp drafter needs a bundle exported with your model's adapter: `mtpedge train-mtp`, "
                          "then `mtpedge export MODEL --mtp-adapter ADAPTER.pt --out DIR`, then --bundle DIR")
-    fast = not mtp and is_fast(model, precision)
-    folder = default_bundle_dir(model, context, "mtp" if mtp else FAST_LABEL if fast else None)
+    if dmtd and model is not None:
+        raise SystemExit("the dmtd drafters need a DMTD bundle of your model: `mtpedge train-dmtd MODEL --data DIR "
+                         "--out CKPT --export-bundle DIR`, then --bundle DIR")
+    fast = not mtp and not dmtd and is_fast(model, precision)
+    flavor = "mtp" if mtp else "dmtd" if dmtd else FAST_LABEL if fast else None
+    folder = default_bundle_dir(model, context, flavor)
     cached = (folder / MANIFEST).is_file()
-    if cached and (mtp or not (model is None and _lacks_shipped_masks(folder))):
+    if cached and (mtp or (dmtd and not _predates_shipped_dmtd(folder))
+                   or (not dmtd and not (model is None and _lacks_shipped_masks(folder)))):
         return folder
     try:
         from mtpedge.export.bundle_writer import ExportConfig, export_bundle
@@ -81,10 +93,18 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
             "`pip install 'mtpedge[export]'`, or pass --bundle DIR"
         ) from err
     if cached:  # the atomic export replaces it only once the new one is complete
-        say(f"the cached bundle {folder} predates the learned masks shipped for the default model: re-exporting it")
+        shipped = "DMTD model" if dmtd else "learned masks"
+        say(f"the cached bundle {folder} predates the {shipped} shipped for the default model: re-exporting it")
     what = "the default model" if model is None else model
-    how = " with its shipped multi-token adapter" if mtp else " on its GGUF grid (fast kernels)" if fast else ""
-    say(f"exporting {what}{how} to {folder} (once; later runs reuse it)")
+    extra = {"mtp": " with its shipped multi-token adapter", "dmtd": " with its shipped DMTD model",
+             FAST_LABEL: " on its GGUF grid (fast kernels)"}.get(flavor, "")
+    say(f"exporting {what}{extra} to {folder} (once; later runs reuse it)")
+    if dmtd:
+        from mtpedge.export.dmtd_bundle import DmtdExportConfig, export_dmtd_bundle
+        from mtpedge.models.loading import load_model
+
+        export_dmtd_bundle(load_model(None), "default", folder, DmtdExportConfig(context=context), progress=say)
+        return folder
     quantization = None
     if fast:
         from mtpedge.export.quantize_bundle import FAST
@@ -96,6 +116,16 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
                                               **({"decode_widths": FAST_DECODE_WIDTHS} if fast else {})),
                   progress=say)
     return folder
+
+
+def _predates_shipped_dmtd(folder: Path) -> bool:
+    """A -dmtd bundle exported from another DMTD model than the one this installation ships."""
+    from mtpedge.export.dmtd_bundle import DEFAULT_DMTD
+
+    if not DEFAULT_DMTD.is_file():
+        return False
+    recorded = (read_manifest(folder).extras.get("dmtd") or {}).get("checkpoint_sha256")
+    return recorded != hashlib.sha256(DEFAULT_DMTD.read_bytes()).hexdigest()
 
 
 def _lacks_shipped_masks(folder: Path) -> bool:

@@ -13,7 +13,7 @@ import json
 import math
 import sys
 
-from mtpedge.bundles import COST_MODEL_HELP, PRECISIONS, attach_cost_table, ensure_bundle
+from mtpedge.bundles import COST_MODEL_HELP, DMTD_DRAFTERS, PRECISIONS, attach_cost_table, ensure_bundle
 from mtpedge.runtime.sampling import SamplingConfig
 
 DEFAULT_CONTEXT = 1024  # of an automatic export
@@ -119,7 +119,8 @@ def load_engine(args: argparse.Namespace, say=print, cost_table: bool = False):
     from mtpedge.runtime.generate import LOSSY_WARNING
 
     folder = ensure_bundle(args.bundle, args.model, args.context or DEFAULT_CONTEXT, say=say,
-                           mtp=args.drafter.name == "mtp", precision=args.precision)
+                           mtp=args.drafter.name == "mtp", dmtd=args.drafter.name in DMTD_DRAFTERS,
+                           precision=args.precision)
     check_fits(args.drafter, [g.width for g in read_manifest(folder).graphs])
     if args.drafter.name in DRAFTERS and DRAFTERS[args.drafter.name].lossy:
         print(f"warning: {LOSSY_WARNING.format(name=args.drafter.name)}", file=sys.stderr)

@@ -20,7 +20,7 @@ import os
 import signal
 import sys
 
-from mtpedge.bundles import COST_MODEL_HELP, attach_cost_table, ensure_bundle
+from mtpedge.bundles import COST_MODEL_HELP, DMTD_DRAFTERS, attach_cost_table, ensure_bundle
 from mtpedge.generate_cmd import add_precision_argument, drafter_spec
 from mtpedge.runtime.sampling import DEFAULT_TEMPERATURE
 
@@ -71,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--max-queue must be >= 1, got {args.max_queue}")
     check_bind(args.host, args.api_key)  # before the model loads
     engine = Engine.load(ensure_bundle(args.bundle, args.model, args.context, mtp=args.drafter.name == "mtp",
-                                       precision=args.precision), threads=args.threads)
+                                       dmtd=args.drafter.name in DMTD_DRAFTERS, precision=args.precision),
+                         threads=args.threads)
     attach_cost_table(engine, args.cost_model)  # a request may name any drafter: measured (or read) once here
     drafter = make_drafter(args.drafter, engine)  # refuse now, not at the first request, what the bundle cannot run
     if drafter is not None and drafter.lossy:

@@ -1,14 +1,19 @@
-"""A DMTD bundle: the base model's bundle with its thinking layers' output tapped, plus the trained decoding copy.
+"""A DMTD bundle: the base model's bundle with its graphs tapped at the DMTD model's first trained layer, plus the
+trained copy's graphs (models/dmtd.py).
 
     <graph>.onnx             the base model's graphs, with one more output `layer_hidden`: the residual stream
-                             entering layer L - D (what the thinking layers hand the decoding layers; contract.py)
-    dmtd/copy_ar{N}.onnx     the trained copy of the last D layers + its norm + the base's LM head, as a D-layer
-                             decoder graph of the ordinary contract (input: a token's embedding, + the thinking
-                             hidden state at a head); its weights in dmtd/weights.data
+                             entering layer T = L - D - m (what the frozen prefix hands the trained layers)
+    dmtd/think_ar{N}.onnx    the m trained thinking layers, headless (contract.py): tapped states in, their output
+                             residual stream out (absent when m = 0)
+    dmtd/decode_ar{N}.onnx   the D trained decoding layers + norm + the base's LM head (the lossy `dmtd`)
+    dmtd/draft_ar{N}.onnx    the same layers with the LM head's rows for a shortlist of tokens (`dmtd-spec`: a draft
+                             only has to be right, and the shortlist cuts the largest matrix of a draft call)
+    dmtd/shortlist.npy       the shortlist's token ids (the training answers' most frequent tokens), int64
+    dmtd/weights.data        the copy's weights, each tensor once
 
-Every method (plain decoding, esp, lookup, hybrid) runs on the base graphs as on any bundle, which is what makes
-"same bundle" comparisons possible; the `dmtd-spec` and `dmtd` drafters (runtime/drafters/dmtd.py) add the copy.
-Built in a hidden folder and moved into place when whole.
+The LoRA updates are folded into the copied layers' weights. Every method runs on the base graphs as on any
+bundle; the `dmtd-spec` and `dmtd` drafters (runtime/drafters/dmtd.py) add the copy's graphs. Built in a hidden
+folder and moved into place when whole.
 """
 
 from __future__ import annotations
@@ -23,14 +28,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import onnx
 import torch
 
 from mtpedge.runtime.bundle import GraphEntry, read_manifest, write_manifest
 from mtpedge.runtime.contract import GraphShape, graph_name
 
-from ..models.dmtd import CopyGraph
-from ..models.dmtd_train import load_head
+from ..models.dmtd import DecodingGraph, ThinkingGraph
+from ..models.dmtd_train import load_dmtd
 from ..models.loading import LoadedModel
 from .bundle_writer import ExportConfig, export_bundle
 from .onnx_graphs import SharedWeights, check_contract, trace_graph
@@ -39,15 +45,34 @@ from .staging import replace_folder
 log = logging.getLogger(__name__)
 
 COPY_FOLDER = "dmtd"
+SHORTLIST_FILE = f"{COPY_FOLDER}/shortlist.npy"
+# the DMTD model shipped for the embedded default model (README "DMTD"), what `--drafter dmtd-spec` / `dmtd`
+# export into the default model's -dmtd cache bundle on first use
+DEFAULT_DMTD = Path(__file__).parent / "data" / "smollm2-135m-instruct-dmtd.pt"
 
 
 @dataclass(frozen=True)
 class DmtdExportConfig:
     context: int = 1024
     prefill_width: int = 64
-    decode_widths: tuple[int, ...] = (1, 8)  # the base model's graphs: verification chains of dmtd-spec, heads of dmtd
-    copy_widths: tuple[int, ...] = (1, 4, 8)  # besides the prefill width: drafts (1) and refills of heads
+    decode_widths: tuple[int, ...] = (1, 4)  # the base model's graphs: dmtd-spec's chains of 3, dmtd's cycles
+    copy_widths: tuple[int, ...] = (1, 4)  # the copy's graphs besides the prefill width: drafts (1), heads
+    shortlist: int = 8192  # tokens the draft graphs score (0: the whole vocabulary)
     check_parity: bool = True
+
+    def __post_init__(self) -> None:
+        if self.shortlist < 0:
+            raise ValueError(f"the drafting shortlist must be >= 0 tokens (0 = all), got {self.shortlist}")
+
+
+def resolve_dmtd(name: str) -> Path:
+    """`default` names the shipped DMTD model; anything else is a checkpoint path."""
+    if name != "default":
+        return Path(name)
+    if not DEFAULT_DMTD.is_file():
+        raise FileNotFoundError(f"this installation has no shipped DMTD model ({DEFAULT_DMTD}): train one with "
+                                "`mtpedge train-dmtd` and export it with --export-bundle")
+    return DEFAULT_DMTD
 
 
 def export_dmtd_bundle(loaded: LoadedModel, checkpoint: Path, out_dir: Path, config: DmtdExportConfig | None = None,
@@ -55,45 +80,46 @@ def export_dmtd_bundle(loaded: LoadedModel, checkpoint: Path, out_dir: Path, con
     config = config or DmtdExportConfig()
     say = progress or log.info
     started = time.perf_counter()
-    head, state = load_head(checkpoint, loaded)
-    head.eval()
-    cfg = loaded.config
-    split = head.split
+    checkpoint = resolve_dmtd(str(checkpoint))
+    model, state = load_dmtd(checkpoint, loaded)
+    model.eval()
     out_dir = Path(out_dir)
     tmp = out_dir.parent / f".{out_dir.name}.dmtd-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         export_bundle(loaded, tmp, ExportConfig(context=config.context, prefill_width=config.prefill_width,
-                                                decode_widths=config.decode_widths, tap_layer=split.thinking_layers,
+                                                decode_widths=config.decode_widths, tap_layer=model.tap,
                                                 check_parity=config.check_parity), progress=say)
         (tmp / COPY_FOLDER).mkdir()
-        copy = CopyGraph(head, loaded.decoder.lm_head).eval()
-        entries = []
+        shortlist = _shortlist(state, loaded.config.vocab_size, config.shortlist)
+        np.save(tmp / SHORTLIST_FILE, shortlist)
+        think, decode = model.merged_layers()
+        lm_weight = loaded.decoder.lm_head.weight.detach()
+        modules = {"decode": (DecodingGraph(decode, model.norm, lm_weight), lm_weight.shape[0]),
+                   "draft": (DecodingGraph(decode, model.norm, lm_weight[torch.from_numpy(shortlist)]), shortlist.size)}
+        if think:
+            modules["think"] = (ThinkingGraph(think), 0)
+        widths = sorted({config.prefill_width, *config.copy_widths})
         weights = SharedWeights(tmp / COPY_FOLDER / "weights.data")
+        graphs: dict[str, list[dict]] = {}
         try:
-            for width in sorted({config.prefill_width, *config.copy_widths}):
-                shape = GraphShape(width, config.context, cfg.hidden_size, cfg.head_dim, cfg.num_kv_heads,
-                                   split.decoding_layers, cfg.vocab_size)
-                with torch.no_grad():
-                    graph = trace_graph(copy, shape)
-                check_contract(graph, shape)
-                weights.externalize(graph)
-                name = graph_name("copy", width, config.context)
-                onnx.save_model(graph, tmp / COPY_FOLDER / f"{name}.onnx")
-                entries.append(GraphEntry(name, f"{COPY_FOLDER}/{name}.onnx", "decode", width, config.context,
-                                          "float32", shape.input_shapes(), shape.output_shapes()))
-                say(f"wrote {entries[-1].file}")
+            for kind, (module, vocab) in modules.items():
+                graphs[kind] = [dataclasses.asdict(_write_graph(module.eval(), kind, width, vocab, loaded, config,
+                                                                tmp, weights)) for width in widths]
+                say(f"wrote {len(widths)} {kind} graphs (widths {widths})")
         finally:
             weights.close()
         manifest = read_manifest(tmp)
         extras = dict(manifest.extras)
         extras["dmtd"] = {
-            "decoding_layers": split.decoding_layers,
-            "thinking_layers": split.thinking_layers,
+            **model.config.to_dict(),
+            "tap_layer": model.tap,
             "trained_taus": list(state["settings"]["taus"]),
             "train_steps": int(state["step"]),
+            "train_tokens": int(state.get("data_tokens", 0)),
             "checkpoint_sha256": hashlib.sha256(checkpoint.read_bytes()).hexdigest(),
-            "copy_graphs": [dataclasses.asdict(e) for e in entries],
+            "shortlist_file": SHORTLIST_FILE,
+            **{f"{kind}_graphs": entries for kind, entries in graphs.items()},
         }
         write_manifest(tmp, dataclasses.replace(manifest, extras=extras))
         replace_folder(tmp, out_dir)
@@ -101,3 +127,31 @@ def export_dmtd_bundle(loaded: LoadedModel, checkpoint: Path, out_dir: Path, con
         shutil.rmtree(tmp, ignore_errors=True)
     say(f"DMTD bundle written to {out_dir} ({time.perf_counter() - started:.0f} s)")
     return out_dir
+
+
+def _shortlist(state: dict, vocab_size: int, size: int) -> np.ndarray:
+    """The `size` most frequent answer tokens of the training data, by id (all tokens if size is 0 or more)."""
+    frequent = np.asarray(state["frequent_tokens"], dtype=np.int64)
+    if size == 0 or size >= vocab_size:
+        return np.arange(vocab_size, dtype=np.int64)
+    if size > frequent.size:
+        raise ValueError(f"the checkpoint ranks {frequent.size} tokens, fewer than the shortlist of {size}: "
+                         f"pass a smaller shortlist, or 0 for the whole vocabulary")
+    return np.sort(frequent[:size])
+
+
+def _write_graph(module: torch.nn.Module, kind: str, width: int, vocab: int, loaded: LoadedModel,
+                 config: DmtdExportConfig, folder: Path, weights: SharedWeights) -> GraphEntry:
+    cfg = loaded.config
+    layers = len(module.layers)
+    headless = kind == "think"
+    shape = GraphShape(width, config.context, cfg.hidden_size, cfg.head_dim, cfg.num_kv_heads, layers,
+                       vocab or cfg.vocab_size, tap_layer=layers if headless else 0, head=not headless)
+    with torch.no_grad():
+        graph = trace_graph(module, shape)
+    check_contract(graph, shape)
+    weights.externalize(graph)
+    name = graph_name(kind, width, config.context)
+    onnx.save_model(graph, folder / COPY_FOLDER / f"{name}.onnx")
+    return GraphEntry(name, f"{COPY_FOLDER}/{name}.onnx", "prefill" if width == config.prefill_width else "decode",
+                      width, config.context, "float32", shape.input_shapes(), shape.output_shapes())

@@ -82,6 +82,9 @@ class MtpExport:
                   "training": {"steps": self.payload["step"], "train_config": self.payload["train_config"],
                                "data": self.payload.get("data", {})}}
         if a.sampler is not None:
+            if a.config.sampler_form != "residual":
+                raise ValueError(f"the adapter's sampler head has the {a.config.sampler_form!r} form; the runtime "
+                                 "reads the residual form only: train with --sampler-form residual to export")
             s = a.sampler
             arrays = {"fc1_weight": s.fc1.weight, "fc1_bias": s.fc1.bias, "norm_weight": s.norm.weight,
                       "fc2_weight": s.fc2.weight, "fc2_bias": s.fc2.bias}

@@ -1,192 +1,259 @@
-"""Training the DMTD decoding copy: teacher-forced next-token loss under the cyclic gate, with checkpoints.
+"""Training a DMTD model (models/dmtd.py): the gated two-stream pass, distilled from the base's own distribution.
 
-One step = one self-distilled sequence (chat-templated prompt + the base model's own greedy response) with τ
-drawn from `taus`: one checkpoint then serves every τ of that set at inference (the paper trains one τ per
-model; three runs do not fit an hour on one core). The thinking layers are frozen, so their hidden states are
-computed once per sequence and cached. The data file may still be growing while we train: it is re-read when
-its modification time changes.
+One step = one sequence of the self-distilled data (the base model's answer to a prompt, with the teacher's
+top-k next-token distribution at every answer token), with τ drawn from `taus` and the cycle's phase drawn at
+random (dmtd-spec starts a cycle at every verified token, so every phase occurs): one model serves both modes
+and every τ of the set. The loss is the cross-entropy against the teacher's top-k at every answer position,
+heads and drafts alike (hard labels where the data has no teacher distribution).
+
+The frozen prefix's output (the tapped states) is the same for every step that draws a sequence again, so it
+is kept in memory (float16) up to `cache_gb`. The data folder may still be growing: it is re-read every
+`reload_every` steps when its modification time changed.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from .checkpoint import read_checkpoint, write_checkpoint
 from .decoder import Decoder
-from .dmtd import DmtdHead, cyclic_gate, dmtd_logits, perplexities, thinking_hidden
-from .held_text import HELD_TEXT
+from .distill_data import DistillSample, load_distill_data
+from .dmtd import DmtdConfig, DmtdModel, dmtd_hidden, draft_windows, tapped_states
 from .loading import LoadedModel
-from .schedule import learning_rate
+from .mtp_training import sample_tokens, soft_cross_entropy
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT = "dmtd.pt"
+FREQUENT_TOKENS = 16384  # answer tokens by frequency kept in a checkpoint: the drafting shortlist is taken from them
+HOW_TO_MAKE = "train one with `mtpedge train-dmtd`"
 
 
 @dataclass(frozen=True)
 class TrainSettings:
-    decoding_layers: int = 4
+    model: DmtdConfig = field(default_factory=DmtdConfig)
     taus: tuple[int, ...] = (2, 3, 4)
-    steps: int = 2000
-    lr: float = 1e-4
+    steps: int = 3000
+    lr: float = 5e-4
     warmup: int = 50
     weight_decay: float = 0.0
-    max_len: int = 256  # tokens per sequence (prompt + response), longer ones are cut
+    max_len: int = 384  # tokens per sequence (prompt cut from the left, then the answer's tail)
     seed: int = 0
     checkpoint_every: int = 100
-    eval_every: int = 250  # held-text perplexity (0: never)
-    reload_every: int = 50  # steps between checks whether the data file has grown
+    eval_every: int = 250  # held-out figures (models/dmtd_eval.py; 0: never)
+    reload_every: int = 50  # steps between checks whether the data folder has grown
+    cache_gb: float = 2.0  # tapped states kept in memory
 
     def __post_init__(self) -> None:
         if not self.taus or min(self.taus) < 2:
             raise ValueError(f"--taus must be cycle lengths >= 2, got {self.taus}")
-        if self.steps < 0 or self.max_len < 2 or self.lr <= 0:
-            raise ValueError("--steps must be >= 0, --max-len >= 2 and --lr > 0")
+        if self.steps < 0 or self.max_len < 8 or self.lr <= 0:
+            raise ValueError("--steps must be >= 0, --max-len >= 8 and --lr > 0")
+
+    def to_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "model": self.model.to_dict(), "taus": list(self.taus)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TrainSettings:
+        return cls(**{**data, "model": DmtdConfig(**data["model"]), "taus": tuple(data["taus"])})
+
+
+def learning_rate(settings: TrainSettings, step: int) -> float:
+    """Linear warm-up, then cosine decay to a tenth."""
+    if step < settings.warmup:
+        return settings.lr * (step + 1) / settings.warmup
+    progress = (step - settings.warmup) / max(1, settings.steps - settings.warmup)
+    return settings.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
 class DistillStream:
-    """Sequences of the (possibly growing) distillation file, with cached thinking hidden states."""
+    """The samples of a (possibly growing) data folder or file, cut to max_len, with cached tapped states."""
 
-    def __init__(self, path: Path, decoder: Decoder, head: DmtdHead, max_len: int) -> None:
-        self.path, self.decoder, self.head, self.max_len = path, decoder, head, max_len
+    def __init__(self, path: Path, decoder: Decoder, tap: int, max_len: int, cache_gb: float) -> None:
+        self.path, self.decoder, self.tap, self.max_len = Path(path), decoder, tap, max_len
+        self.cache_budget = int(cache_gb * 2**30)
         self.mtime = -1.0
-        self.sequences: list[tuple[np.ndarray, int]] = []  # (ids, anchor)
-        self._hidden: dict[bytes, torch.Tensor] = {}
+        self.samples: list[DistillSample] = []
+        self._tapped: dict[bytes, torch.Tensor] = {}
+        self._cached_bytes = 0
         self.refresh()
 
     def refresh(self) -> bool:
-        """Re-read the file if it changed; True if it did."""
-        from .distill_data import load_distill_data
-
-        if not self.path.is_file():
-            raise FileNotFoundError(f"distillation data {self.path} does not exist: pass --data with the .npz "
-                                    "that `make_distill_data` / `save_distill_data` wrote")
+        """Re-read the data if it changed; True if it did."""
+        if not self.path.exists():
+            raise FileNotFoundError(f"distillation data {self.path} does not exist: pass --data with the folder "
+                                    "of `mtpedge distill` (or an .npz of `save_distill_data`)")
         mtime = self.path.stat().st_mtime
         if mtime == self.mtime:
             return False
-        samples = load_distill_data(self.path)
+        samples = [s for s in load_distill_data(self.path) if s.response_ids.size >= 2]
         if not samples:
-            raise ValueError(f"{self.path} holds no samples yet")
-        self.mtime = mtime
-        self.sequences = []
-        for s in samples:
-            ids = np.concatenate([s.prompt_ids, s.response_ids]).astype(np.int64)[: self.max_len]
-            anchor = min(len(s.prompt_ids), len(ids)) - 1  # the last prompt token is the first cyclic head
-            self.sequences.append((ids, anchor))
-        log.info("distillation data: %d sequences, %d tokens", len(self.sequences),
-                 sum(len(ids) for ids, _ in self.sequences))
+            raise ValueError(f"{self.path} holds no answers yet: wait for `mtpedge distill` to write a shard")
+        self.mtime, self.samples = mtime, samples
+        counts = np.bincount(np.concatenate([s.response_ids for s in samples]), minlength=self.decoder.cfg.vocab_size)
+        self.frequent_tokens = np.argsort(-counts, kind="stable")[:FREQUENT_TOKENS].astype(np.int32)
         return True
-
-    def hidden(self, ids: np.ndarray) -> torch.Tensor:
-        key = ids.tobytes()
-        if key not in self._hidden:
-            self._hidden[key] = thinking_hidden(self.decoder, ids, self.head.split)
-        return self._hidden[key]
 
     @property
     def tokens(self) -> int:
-        return sum(len(ids) for ids, _ in self.sequences)
+        return sum(s.prompt_ids.size + s.response_ids.size for s in self.samples)
+
+    def sequence(self, index: int) -> tuple[np.ndarray, int, DistillSample]:
+        sample = self.samples[index]
+        tokens, prompt_len = sample_tokens(sample.prompt_ids, sample.response_ids, self.max_len)
+        return tokens, prompt_len, sample
+
+    def tapped(self, tokens: np.ndarray) -> torch.Tensor:
+        key = tokens.tobytes()
+        cached = self._tapped.get(key)
+        if cached is not None:
+            return cached.float()
+        states = tapped_states(self.decoder, tokens, self.tap).half()  # rounded alike whether cached or not
+        if self._cached_bytes + 2 * states.numel() <= self.cache_budget:
+            self._tapped[key] = states
+            self._cached_bytes += 2 * states.numel()
+        return states.float()
 
 
-def held_text_ids(loaded: LoadedModel, limit: int = 512) -> np.ndarray:
-    return np.asarray(loaded.tokenizer(HELD_TEXT, add_special_tokens=False)["input_ids"][:limit], dtype=np.int64)
+def gated_loss(decoder: Decoder, model: DmtdModel, tokens: np.ndarray, prompt_len: int, sample: DistillSample,
+               tapped: torch.Tensor, tau: int, anchor: int) -> torch.Tensor:
+    """CE of the gated pass at every answer position (prompt_len - 1 .. n - 2) against the teacher's top-k."""
+    hidden = dmtd_hidden(decoder, model, tokens, tapped, draft_windows(tokens.size, tau, anchor))
+    rows = np.arange(prompt_len - 1, tokens.size - 1)
+    logits = decoder.lm_head(hidden[torch.from_numpy(rows).to(hidden.device)])
+    if sample.topk_ids is None:
+        return F.cross_entropy(logits, torch.from_numpy(tokens[rows + 1]).to(logits.device))
+    answer_rows = rows + 1 - prompt_len  # answer index of each target (a cut prompt loses its head only)
+    device = logits.device
+    top_ids = torch.from_numpy(sample.topk_ids[answer_rows].astype(np.int64)).to(device)
+    top_probs = torch.from_numpy(sample.topk_probs[answer_rows].astype(np.float32)).to(device)
+    return soft_cross_entropy(logits, top_ids, top_probs)
 
 
-def save_checkpoint(path: Path, head: DmtdHead, optimizer, step: int, settings: TrainSettings, loaded: LoadedModel,
-                    history: list, lr_horizon: int | None = None) -> None:
-    """lr_horizon: where the run's learning-rate schedule ends (default: settings.steps, a run's first plan)."""
-    write_checkpoint({"head": head.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
-                      "settings": dataclasses.asdict(settings), "decoding_layers": settings.decoding_layers,
-                      "lr_horizon": settings.steps if lr_horizon is None else lr_horizon,
-                      "base_sha256": loaded.source_sha256, "base_name": loaded.name, "history": history}, path)
+def save_checkpoint(path: Path, model: DmtdModel, optimizer, step: int, settings: TrainSettings,
+                    loaded: LoadedModel, history: list, heldout: list, data_tokens: int,
+                    frequent_tokens: np.ndarray) -> None:
+    """frequent_tokens: the training answers' tokens, most frequent first (the export's drafting shortlist)."""
+    write_checkpoint({"kind": "dmtd", "dmtd": model.trainable_state(), "config": model.config.to_dict(),
+                      "optimizer": optimizer.state_dict() if optimizer is not None else None, "step": step,
+                      "settings": settings.to_dict(), "base_sha256": loaded.source_sha256, "base_name": loaded.name,
+                      "history": history, "heldout": heldout, "data_tokens": data_tokens,
+                      "frequent_tokens": torch.from_numpy(np.asarray(frequent_tokens, dtype=np.int32))}, path)
 
 
-def load_head(path: Path, loaded: LoadedModel) -> tuple[DmtdHead, dict]:
-    """The trained decoding copy of a checkpoint, checked against the base model it was trained on."""
-    state = read_checkpoint(path, "DMTD", "train one with `mtpedge train-dmtd`")
+def load_dmtd(path: Path, loaded: LoadedModel) -> tuple[DmtdModel, dict]:
+    """The DMTD model of a checkpoint or shipped file, checked against the base model it was trained on."""
+    state = read_checkpoint(path, "DMTD", HOW_TO_MAKE)
+    if state.get("kind") != "dmtd" or "dmtd" not in state:
+        raise ValueError(f"{path} is not a DMTD checkpoint of this mtpedge (an older copy-of-layers one, or "
+                         f"another kind): {HOW_TO_MAKE}")
     if state.get("base_sha256") != loaded.source_sha256:
         raise ValueError(f"{path} was trained on {state.get('base_name')}, not on {loaded.name} (weights differ): "
                          "pass the base model the checkpoint was trained on")
-    head = DmtdHead(loaded.decoder, int(state["decoding_layers"]))
-    head.load_state_dict(state["head"])
-    return head, state
+    model = DmtdModel(loaded.decoder, DmtdConfig(**state["config"])).to(loaded.decoder.lm_head.weight.device)
+    model.load_trainable_state(state["dmtd"])
+    return model, state
+
+
+def write_release(checkpoint: Path, out: Path, loaded: LoadedModel) -> int:
+    """The shipped form of a checkpoint: the trained weights in float16, the provenance, no optimizer; bytes."""
+    state = read_checkpoint(checkpoint, "DMTD", HOW_TO_MAKE)
+    model, _ = load_dmtd(checkpoint, loaded)
+    release = {**state, "dmtd": {k: v.half() for k, v in model.trainable_state().items()}, "optimizer": None,
+               "history": state["history"][-1:]}
+    write_checkpoint(release, out)
+    return out.stat().st_size
+
+
+def _freeze(decoder: Decoder) -> Decoder:
+    decoder.eval()
+    for p in decoder.parameters():  # the base model stays exactly as it is
+        p.requires_grad_(False)
+    return decoder
 
 
 def train_dmtd(loaded: LoadedModel, data: Path, out_dir: Path, settings: TrainSettings, resume: bool = False,
-               progress: Callable[[str], None] | None = None, stop_at: int | None = None) -> Path:
-    """Train (or resume) the DMTD decoding copy; returns the checkpoint path (written every checkpoint_every).
+               progress: Callable[[str], None] | None = None, stop_at: int | None = None,
+               evaluate: Callable[[DmtdModel], dict] | None = None) -> Path:
+    """Train (or resume) a DMTD model; returns the checkpoint path (written every checkpoint_every steps).
 
     stop_at ends this run early at that step (as an interruption would), keeping the schedule of `steps`.
+    evaluate(model) -> figures runs every eval_every steps and at the end; they go to the checkpoint's `heldout`.
     """
     say = progress or log.info
     out_dir.mkdir(parents=True, exist_ok=True)
     ckpt = out_dir / CHECKPOINT
-    decoder = loaded.decoder.eval()
-    for p in decoder.parameters():  # embeddings, thinking layers, base decoding layers and LM head stay frozen
-        p.requires_grad_(False)
-    head = DmtdHead(decoder, settings.decoding_layers)
-    optimizer = torch.optim.AdamW(head.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
-    step, history = 0, []
-    horizon = settings.steps  # where the learning rate's cosine ends: the first run's plan, kept by every resume
+    decoder = _freeze(loaded.decoder)
+    device = decoder.lm_head.weight.device
+    model = DmtdModel(decoder, settings.model, settings.seed).to(device)
+    step, history, heldout = 0, [], []
+    state = None
     if resume and ckpt.is_file():
-        head, state = load_head(ckpt, loaded)
-        if state["decoding_layers"] != settings.decoding_layers:
-            raise ValueError(f"{ckpt} has D = {state['decoding_layers']}, not {settings.decoding_layers}: "
-                             "resume with the same --decoding-layers or use another --out")
-        optimizer = torch.optim.AdamW(head.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
-        optimizer.load_state_dict(state["optimizer"])
-        step, history = int(state["step"]), list(state["history"])
-        horizon = int(state.get("lr_horizon", state["settings"]["steps"]))
+        model, state = load_dmtd(ckpt, loaded)
+        if TrainSettings.from_dict(state["settings"]).model != settings.model:
+            raise ValueError(f"{ckpt} was trained with {state['config']}, not {settings.model.to_dict()}: resume "
+                             "with the same --decoding-layers / --thinking-layers / --rank, or use another --out")
+        step, history, heldout = int(state["step"]), list(state["history"]), list(state.get("heldout", []))
         say(f"resumed from {ckpt} at step {step}")
     elif ckpt.is_file():
         raise ValueError(f"{ckpt} exists: pass --resume to continue it, or another --out")
-    head.train()
-    stream = DistillStream(Path(data), decoder, head, settings.max_len)
-    held = held_text_ids(loaded)
-    say(f"training D = {settings.decoding_layers} decoding layers ({sum(p.numel() for p in head.parameters()):,} "
-        f"weights), τ from {settings.taus}, on {len(stream.sequences)} sequences ({stream.tokens} tokens)")
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=settings.lr, weight_decay=settings.weight_decay)
+    if state is not None:
+        optimizer.load_state_dict(state["optimizer"])
+    model.train()
+    stream = DistillStream(Path(data), decoder, model.tap, settings.max_len, settings.cache_gb)
+    cfg = settings.model
+    say(f"DMTD: tap at layer {model.tap}, m = {cfg.thinking_layers} thinking + D = {cfg.decoding_layers} decoding "
+        f"layers trained (LoRA rank {cfg.lora_rank}: {sum(p.numel() for p in params):,} weights), τ from "
+        f"{settings.taus}, on {len(stream.samples)} answers ({stream.tokens:,} tokens)")
     started, tokens_done, steps_run, ema = time.perf_counter(), 0, 0, None
     last = settings.steps if stop_at is None else min(stop_at, settings.steps)
+
+    def save() -> None:
+        save_checkpoint(ckpt, model, optimizer, step, settings, loaded, history, heldout, stream.tokens,
+                        stream.frequent_tokens)
+
     while step < last:
-        if settings.reload_every and step % settings.reload_every == 0 and stream.refresh():
-            say(f"step {step}: data now {len(stream.sequences)} sequences ({stream.tokens} tokens)")
+        if settings.reload_every and step % settings.reload_every == 0 and step and stream.refresh():
+            say(f"step {step}: data now {len(stream.samples)} answers ({stream.tokens:,} tokens)")
         rng = np.random.default_rng([settings.seed, step])  # reproducible across resumes without saving rng state
-        ids, anchor = stream.sequences[int(rng.integers(len(stream.sequences)))]
+        tokens, prompt_len, sample = stream.sequence(int(rng.integers(len(stream.samples))))
         tau = int(settings.taus[int(rng.integers(len(settings.taus)))])
-        lr = learning_rate(step, settings.lr, settings.warmup, horizon)
+        anchor = min(prompt_len - 1 + int(rng.integers(tau)), tokens.size - 2)
         for group in optimizer.param_groups:
-            group["lr"] = lr
-        logits = dmtd_logits(decoder, head, ids, stream.hidden(ids), cyclic_gate(len(ids), tau, anchor))
-        loss = torch.nn.functional.cross_entropy(logits[:-1], torch.from_numpy(ids[1:]))
+            group["lr"] = learning_rate(settings, step)
+        loss = gated_loss(decoder, model, tokens, prompt_len, sample, stream.tapped(tokens), tau, anchor)
+        if not math.isfinite(float(loss.detach())):
+            raise FloatingPointError(f"non-finite loss at step {step}: lower --lr")
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
-        step += 1
-        steps_run += 1
-        tokens_done += len(ids)
-        ema = float(loss.detach()) if ema is None else 0.95 * ema + 0.05 * float(loss.detach())
-        history.append([step, round(float(loss.detach()), 4), tau])
-        if step % 10 == 0 or step == settings.steps:
-            rate = tokens_done / (time.perf_counter() - started)
-            eta = (settings.steps - step) * (time.perf_counter() - started) / steps_run
-            say(f"step {step}/{settings.steps} loss {ema:.3f} (τ={tau}) lr {lr:.1e} "
-                f"{rate:.0f} tok/s, ~{eta / 60:.0f} min left")
-        if settings.eval_every and (step % settings.eval_every == 0 or step == settings.steps):
-            head.eval()
-            ppl = perplexities(decoder, head, held, settings.taus, anchor=16)
-            head.train()
-            history.append([step, "held_ppl", ppl])
-            say(f"step {step}: held-text perplexity " + ", ".join(f"{k} {v:.2f}" for k, v in ppl.items()))
-        if step % settings.checkpoint_every == 0 or step == settings.steps:
-            save_checkpoint(ckpt, head, optimizer, step, settings, loaded, history, horizon)
-    save_checkpoint(ckpt, head, optimizer, step, settings, loaded, history, horizon)
+        step, steps_run, tokens_done = step + 1, steps_run + 1, tokens_done + tokens.size
+        value = float(loss.detach())
+        ema = value if ema is None else 0.98 * ema + 0.02 * value
+        history.append([step, round(value, 4), tau])
+        if step % 10 == 0 or step == last:
+            elapsed = time.perf_counter() - started
+            say(f"step {step}/{settings.steps} loss {ema:.3f} lr {learning_rate(settings, step):.1e} "
+                f"{tokens_done / elapsed:.0f} tok/s, ~{(last - step) * elapsed / steps_run / 60:.0f} min left")
+        if evaluate is not None and settings.eval_every and (step % settings.eval_every == 0 or step == settings.steps):
+            figures = {"step": step, **evaluate(model)}
+            heldout.append(figures)
+            say("held-out " + " ".join(f"{k} {v}" for k, v in figures.items()))
+        if step % settings.checkpoint_every == 0 or step == last:
+            save()
+    if steps_run == 0:
+        save()
     return ckpt

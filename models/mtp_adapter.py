@@ -5,9 +5,12 @@ Three trainable parts on a frozen `Decoder`:
     lora     gated LoRA on the decoder's linear layers: y = W x + g * B(A x) * scale, g = 1 at mask slots and
              0 at token slots, so a token slot computes exactly the base model (bit for bit: 0 * finite = 0)
     sampler  a 2-layer MLP over [embedding of the previous token; mask hidden], then the model's own
-             unembedding. One deviation from the paper's "Linear -> SiLU -> norm, twice": the head is residual
-             around the mask hidden with a zero-initialised last layer, so it starts as the plain mask logits
-             and a few hundred CPU steps only have to learn a correction.
+             unembedding, in one of two forms (`MtpConfig.sampler_form`):
+               residual  (default, what the runtime reads) h + W2 norm(silu(W1 [e; h])), zero-initialised W2:
+                         it starts as the plain mask logits and a few hundred CPU steps only learn a correction;
+               paper     the paper's two blocks, norm(silu(W2 norm(silu(W1 [e; h])))): no skip path, so it
+                         must learn the whole mapping; kept to be measured against the residual form by
+                         held-out τ (models/mtp_eval.py). The runtime does not read it yet.
 
 rank 0 and sampler off gives rung 0 of issue 6: learned mask embeddings alone, usable by the ESP drafter.
 
@@ -27,6 +30,7 @@ from torch import nn
 from .decoder import Decoder, RMSNorm, run_layers
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+SAMPLER_FORMS = ("residual", "paper")
 
 
 @dataclass(frozen=True)
@@ -35,12 +39,15 @@ class MtpConfig:
     rank: int = 16  # LoRA rank; 0 = no LoRA (learned masks alone, or masks + sampler)
     alpha: float = 32.0  # LoRA scale = alpha / rank
     sampler: bool = True  # train the sampler head
+    sampler_form: str = "residual"  # residual | paper (see the module docstring)
 
     def __post_init__(self) -> None:
         if self.k < 1:
             raise ValueError(f"k (mask slots) must be >= 1, got {self.k}")
         if self.rank < 0:
             raise ValueError(f"the LoRA rank must be >= 0, got {self.rank}")
+        if self.sampler_form not in SAMPLER_FORMS:
+            raise ValueError(f"sampler form {self.sampler_form!r} is not one of {', '.join(SAMPLER_FORMS)}")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -91,6 +98,21 @@ class SamplerHead(nn.Module):
         return mask_hidden + self.fc2(u)
 
 
+class PaperSamplerHead(nn.Module):
+    """The paper's head (methods.md 2.4): two blocks of Linear -> SiLU -> RMSNorm over [e_prev; h]."""
+
+    def __init__(self, hidden: int, eps: float) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(2 * hidden, hidden)
+        self.norm1 = RMSNorm(hidden, eps)
+        self.fc2 = nn.Linear(hidden, hidden)
+        self.norm2 = RMSNorm(hidden, eps)
+
+    def forward(self, prev_embedding: torch.Tensor, mask_hidden: torch.Tensor) -> torch.Tensor:
+        u = self.norm1(F.silu(self.fc1(torch.cat([prev_embedding, mask_hidden], dim=-1))))
+        return self.norm2(F.silu(self.fc2(u)))
+
+
 class MtpAdapter(nn.Module):
     """The trainable parts, attached to a (frozen) decoder."""
 
@@ -108,7 +130,8 @@ class MtpAdapter(nn.Module):
         self.lora = nn.ModuleDict()
         if config.rank:
             self.lora = attach_lora(decoder, config.rank, config.alpha / config.rank, self.gate)
-        self.sampler = SamplerHead(cfg.hidden_size, cfg.rms_norm_eps) if config.sampler else None
+        head = {"residual": SamplerHead, "paper": PaperSamplerHead}[config.sampler_form]
+        self.sampler = head(cfg.hidden_size, cfg.rms_norm_eps) if config.sampler else None
 
     def trainable_state(self) -> dict[str, torch.Tensor]:
         """Only what training changes (the adapter file): masks, LoRA factors, sampler head."""

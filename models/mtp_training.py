@@ -7,6 +7,12 @@ Per step (one DistillSample = prompt + the base model's own greedy response):
   2. a random subset of owner tokens gets k mask slots each; one gated call over all of them (gate 1);
   3. loss = CE(plain mask logits) + CE(sampler-head logits) + lcm_weight * MSE(mask latent, NTP latent of the
      same target, detached). The base's own NTP CE has no gradient (frozen, gate 0): it is reported only.
+     With teacher_weight w > 0 each CE is (1 - w) * CE(hard label) + w * CE(the teacher's stored top-k
+     distribution at the target, renormalised): distillation from the base's own distribution, which for greedy
+     data has the hard label as its argmax but also ranks the runners-up the drafts compete with.
+
+Every `eval_every` steps `train` calls an evaluation (models/mtp_eval.heldout_tau: τ on held-out questions),
+so k, rank and the head's form are chosen by held-out τ rather than training loss.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import torch.nn.functional as F
 from mtpedge.runtime.rope import inverse_frequencies, rope_tables
 
 from .checkpoint import CheckpointError, read_checkpoint, write_checkpoint
+from .distill_data import DistillSample
 from .mtp_adapter import MtpAdapter, MtpConfig
 from .mtp_layout import IGNORE, block_owners, causal_bias, mask_block_layout
 from .schedule import learning_rate
@@ -49,12 +56,16 @@ class TrainConfig:
     checkpoint_every: int = 25
     base_cache_mb: int = 2000  # memory for cached base passes (K/V + latents) across epochs
     cosine_steps: int = 0  # > 0: cosine decay of the learning rate to 10% at this step (then flat); 0: constant
+    teacher_weight: float = 0.0  # share of the CE taken against the stored teacher top-k (0: hard labels only)
+    eval_every: int = 0  # steps between held-out evaluations (0: none)
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.max_blocks < 1 or self.max_seq_len < 4:
             raise ValueError("steps and max_blocks must be >= 1 and max_seq_len >= 4")
         if self.lr <= 0:
             raise ValueError(f"the learning rate must be > 0, got {self.lr}")
+        if not 0.0 <= self.teacher_weight <= 1.0:
+            raise ValueError(f"teacher_weight must be in [0, 1], got {self.teacher_weight}")
 
 
 @dataclass
@@ -77,34 +88,45 @@ def sample_tokens(prompt_ids: np.ndarray, response_ids: np.ndarray, max_len: int
     return np.concatenate([prompt, response]), prompt.size
 
 
+def soft_cross_entropy(logits: torch.Tensor, top_ids: torch.Tensor, top_probs: torch.Tensor) -> torch.Tensor:
+    """Mean CE of `logits` (N, V) against top-k target distributions (N, k), each renormalised to sum 1."""
+    target = top_probs / top_probs.sum(-1, keepdim=True).clamp_min(1e-12)
+    return -(target * torch.log_softmax(logits, -1).gather(1, top_ids)).sum(-1).mean()
+
+
 class MtpTrainer:
     def __init__(self, adapter: MtpAdapter, config: TrainConfig) -> None:
         self.adapter = adapter
         self.config = config
+        self.device = adapter.masks.device
         cfg = adapter.decoder.cfg
         self.inv_freq = inverse_frequencies(cfg.rope, cfg.head_dim)
         params = [p for p in adapter.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
         self.step = 0
         self.history: list[dict] = []
+        self.heldout: list[dict] = []  # {"step": s, **evaluation} every eval_every steps
         self._cache: dict[int, BasePass] = {}
         self._cache_bytes = 0
 
     def _rope(self, positions: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         cos, sin = rope_tables(positions, self.inv_freq)
-        return torch.from_numpy(cos), torch.from_numpy(sin)
+        return self._tensor(cos), self._tensor(sin)
+
+    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(array).to(self.device)
 
     def base_pass(self, index: int, tokens: np.ndarray, prompt_len: int) -> BasePass:
         if index in self._cache:
             return self._cache[index]
         cfg = self.adapter.decoder.cfg
         t_len = tokens.shape[0]
-        ids = torch.from_numpy(tokens)
-        empty = [torch.zeros(1, cfg.num_kv_heads, 0, cfg.head_dim)] * (2 * cfg.num_layers)
+        ids = self._tensor(tokens)
+        empty = [torch.zeros(1, cfg.num_kv_heads, 0, cfg.head_dim, device=self.device)] * (2 * cfg.num_layers)
         cos, sin = self._rope(np.arange(t_len))
         with torch.no_grad():
             embeds = self.adapter.decoder.model.embed_tokens(ids)[None]
-            hidden, kv = self.adapter.run(embeds, torch.from_numpy(causal_bias(t_len)), cos, sin, empty, None)
+            hidden, kv = self.adapter.run(embeds, self._tensor(causal_bias(t_len)), cos, sin, empty, None)
             logits = self.adapter.unembed(hidden[0, prompt_len - 1: -1])
             ntp_ce = float(F.cross_entropy(logits, ids[prompt_len:]))
         result = BasePass(kv, hidden[0], ntp_ce)
@@ -117,13 +139,20 @@ class MtpTrainer:
         # a fixed horizon (not --steps) so that a resumed run longer than planned keeps the same schedule
         return learning_rate(step, self.config.lr, self.config.warmup, self.config.cosine_steps)
 
-    def train_step(self, index: int, prompt_ids: np.ndarray, response_ids: np.ndarray) -> dict:
+    def _ce(self, logits: torch.Tensor, targets: torch.Tensor, teacher: tuple | None) -> torch.Tensor:
+        hard = F.cross_entropy(logits, targets)
+        w = self.config.teacher_weight
+        if teacher is None or w == 0:
+            return hard
+        return (1 - w) * hard + w * soft_cross_entropy(logits, *teacher)
+
+    def train_step(self, index: int, sample: DistillSample) -> dict:
         """One optimisation step on one sample; returns its metrics."""
         started = time.perf_counter()
         cfg = self.config
         k = self.adapter.config.k
         rng = np.random.default_rng(cfg.seed * 1_000_003 + self.step)
-        tokens, prompt_len = sample_tokens(prompt_ids, response_ids, cfg.max_seq_len)
+        tokens, prompt_len = sample_tokens(sample.prompt_ids, sample.response_ids, cfg.max_seq_len)
         base = self.base_pass(index, tokens, prompt_len)
         owners = block_owners(prompt_len, tokens.shape[0], cfg.max_blocks, rng)
         if owners.size == 0:
@@ -132,25 +161,26 @@ class MtpTrainer:
         n = layout.positions.shape[0]
         embeds = self.adapter.masks.repeat(owners.size, 1)[None]  # (1, N, d): block-major, mask j in order
         cos, sin = self._rope(layout.positions)
-        gate = torch.ones(1, n)
-        hidden, _ = self.adapter.run(embeds, torch.from_numpy(layout.bias), cos, sin, base.kv, gate)
+        gate = torch.ones(1, n, device=self.device)
+        hidden, _ = self.adapter.run(embeds, self._tensor(layout.bias), cos, sin, base.kv, gate)
         hidden = hidden[0]
-        targets = torch.from_numpy(layout.targets)
+        targets = self._tensor(layout.targets)
         valid = targets != IGNORE
+        teacher = self._teacher(sample, owners, prompt_len, layout.targets != IGNORE)
         plain_logits = self.adapter.unembed(hidden[valid])
-        ce_plain = F.cross_entropy(plain_logits, targets[valid])
+        ce_plain = self._ce(plain_logits, targets[valid], teacher)
         loss = ce_plain
         metrics = {"ce_mask": float(ce_plain.detach())}
         if self.adapter.sampler is not None:
-            prev = torch.from_numpy(layout.prev_tokens)[valid]
+            prev = self._tensor(layout.prev_tokens)[valid]
             sampled_logits = self.adapter.unembed(self.adapter.sampler_hidden(prev, hidden[valid]))
-            ce_sampler = F.cross_entropy(sampled_logits, targets[valid])
+            ce_sampler = self._ce(sampled_logits, targets[valid], teacher)
             loss = loss + ce_sampler
             metrics["ce_sampler"] = float(ce_sampler.detach())
         else:
             sampled_logits = plain_logits
         if cfg.lcm_weight:
-            ntp_latent = base.hidden[torch.from_numpy(layout.ntp_rows)[valid]].detach()
+            ntp_latent = base.hidden[self._tensor(layout.ntp_rows)[valid]].detach()
             lcm = F.mse_loss(hidden[valid], ntp_latent)
             loss = loss + cfg.lcm_weight * lcm
             metrics["lcm"] = float(lcm.detach())
@@ -160,7 +190,7 @@ class MtpTrainer:
         loss.backward()
         self.optimizer.step()
         self.step += 1
-        depth = torch.from_numpy(np.tile(np.arange(k), owners.size))[valid]
+        depth = self._tensor(np.tile(np.arange(k), owners.size))[valid]
         hits = (sampled_logits.argmax(-1) == targets[valid]).float()
         metrics.update({"step": self.step, "loss": float(loss.detach()), "ntp_ce": base.ntp_ce,
                         "mask_slots": int(valid.sum()), "seconds": round(time.perf_counter() - started, 3)})
@@ -170,6 +200,17 @@ class MtpTrainer:
                 metrics[f"top1_m{j + 1}"] = float(hits[sel].mean())
         return metrics
 
+    def _teacher(self, sample: DistillSample, owners: np.ndarray, prompt_len: int,
+                 valid: np.ndarray) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The stored teacher top-k (ids, probs) at each valid mask slot's target, or None (hard labels only)."""
+        if self.config.teacher_weight == 0 or sample.topk_ids is None:
+            return None
+        k = self.adapter.config.k
+        target_index = np.repeat(owners, k) + 2 + np.tile(np.arange(k), owners.size)
+        rows = target_index[valid] - prompt_len  # response index: the prompt was cut from the left only
+        return (self._tensor(sample.topk_ids[rows].astype(np.int64)),
+                self._tensor(sample.topk_probs[rows].astype(np.float32)))
+
 
 def save_checkpoint(path: Path, trainer: MtpTrainer, base_info: dict, data_info: dict) -> None:
     """Adapter + optimizer + history, written atomically (an interrupted save leaves the old one)."""
@@ -178,7 +219,7 @@ def save_checkpoint(path: Path, trainer: MtpTrainer, base_info: dict, data_info:
         "mtp_config": trainer.adapter.config.to_dict(), "train_config": asdict(trainer.config),
         "base": base_info, "data": data_info, "step": trainer.step,
         "state": trainer.adapter.trainable_state(), "optimizer": trainer.optimizer.state_dict(),
-        "history": trainer.history,
+        "history": trainer.history, "heldout": trainer.heldout,
     }
     write_checkpoint(payload, path)
 
@@ -199,8 +240,8 @@ def write_release_copy(checkpoint: str | Path, out: str | Path) -> int:
     project ships; drafts only propose, so rounding the adapter can change speed, never the output). Loading
     casts it back to float32. Returns the file's size in bytes."""
     payload = load_checkpoint(checkpoint)
-    history = payload.get("history", [])
-    release = {**payload, "optimizer": None, "history": history[-1:],
+    history, heldout = payload.get("history", []), payload.get("heldout", [])
+    release = {**payload, "optimizer": None, "history": history[-1:], "heldout": heldout[-1:],
                "state": {name: value.to(torch.float16) for name, value in payload["state"].items()}}
     write_checkpoint(release, out)
     return Path(out).stat().st_size
@@ -213,24 +254,32 @@ def adapter_from_checkpoint(decoder, payload: dict) -> MtpAdapter:
 
 
 def train(adapter: MtpAdapter, samples: list, config: TrainConfig, checkpoint: Path, base_info: dict,
-          data_info: dict, resume: dict | None = None, progress: Callable[[dict], None] | None = None) -> MtpTrainer:
-    """Run `config.steps` steps in total (continuing a resumed checkpoint), checkpointing as it goes."""
+          data_info: dict, resume: dict | None = None, progress: Callable[[dict], None] | None = None,
+          evaluate: Callable[[MtpAdapter], dict] | None = None) -> MtpTrainer:
+    """Run `config.steps` steps in total (continuing a resumed checkpoint), checkpointing as it goes.
+
+    evaluate(adapter) -> metrics runs every `config.eval_every` steps and at the last step (no gradients); its
+    results go to the trainer's `heldout` list (and the checkpoint), and to `progress` as {"heldout": ...}.
+    """
     if not samples:
         raise ValueError("no training samples: make the distillation data first")
+    if config.teacher_weight and not any(s.topk_ids is not None for s in samples):
+        raise ValueError("--teacher-weight needs data with the teacher's top-k (made by `mtpedge distill`); this "
+                         "data has hard labels only: pass --teacher-weight 0")
     trainer = MtpTrainer(adapter, config)
     if resume is not None:
-        if resume["mtp_config"] != adapter.config.to_dict():
+        if MtpConfig(**resume["mtp_config"]) != adapter.config:
             raise ValueError(f"the checkpoint was trained with {resume['mtp_config']}, not {adapter.config.to_dict()}:"
-                             " resume with the same --k / --rank / --no-sampler")
+                             " resume with the same --k / --rank / --no-sampler / --sampler-form")
         adapter.load_trainable_state(resume["state"])
         trainer.optimizer.load_state_dict(resume["optimizer"])
         trainer.step, trainer.history = resume["step"], list(resume["history"])
+        trainer.heldout = list(resume.get("heldout", []))
     order_rng = np.random.default_rng(config.seed)
     order = order_rng.permutation(len(samples))
     while trainer.step < config.steps:
         index = int(order[trainer.step % len(samples)])
-        sample = samples[index]
-        metrics = trainer.train_step(index, sample.prompt_ids, sample.response_ids)
+        metrics = trainer.train_step(index, samples[index])
         if not metrics:
             trainer.step += 1
             continue
@@ -239,6 +288,13 @@ def train(adapter: MtpAdapter, samples: list, config: TrainConfig, checkpoint: P
         trainer.history.append(metrics)
         if progress:
             progress(metrics)
+        due = config.eval_every and (trainer.step % config.eval_every == 0 or trainer.step == config.steps)
+        if evaluate is not None and due:
+            with torch.no_grad():
+                result = {"step": trainer.step, **evaluate(adapter)}
+            trainer.heldout.append(result)
+            if progress:
+                progress({"heldout": result})
         if trainer.step % config.checkpoint_every == 0 or trainer.step == config.steps:
             save_checkpoint(checkpoint, trainer, base_info, data_info)
     return trainer

@@ -26,6 +26,9 @@ Optional tapped hidden state (DMTD bundles, export/dmtd_bundle.py; the manifest'
     layer_hidden      (1, N, hidden)            float32   the residual stream entering layer T (DMTD: what the
                                                           thinking layers hand the decoding layers)
 
+Headless graphs (DMTD's trained thinking layers, export/dmtd_bundle.py) have no LM head: no `logits`, and
+`layer_hidden` with T = the graph's own layer count, i.e. the residual stream its last layer outputs.
+
 Key columns of `attention_bias`: [0, C) address the cache, [C, C + N) the block's own slots.
 
 Why the past is the whole cache (C positions) rather than C - N: the host cache is one contiguous
@@ -78,6 +81,7 @@ class GraphShape:
     vocab_size: int
     adapter: bool = False  # the optional lora_gate input and hidden_states output
     tap_layer: int = 0  # > 0: the optional layer_hidden output, the residual stream entering this layer
+    head: bool = True  # False: no LM head and no logits output (a headless graph: tap_layer = num_layers)
 
     def input_shapes(self) -> dict[str, list[int]]:
         n, c = self.width, self.context
@@ -95,7 +99,7 @@ class GraphShape:
         return shapes
 
     def output_shapes(self) -> dict[str, list[int]]:
-        shapes = {"logits": [1, self.width, self.vocab_size]}
+        shapes = {"logits": [1, self.width, self.vocab_size]} if self.head else {}
         if self.adapter:
             shapes[HIDDEN_STATES] = [1, self.width, self.hidden_size]
         if self.tap_layer:

@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class GraphOutput:
-    logits: np.ndarray  # (n, vocab): rows of the real slots only
+    logits: np.ndarray | None  # (n, vocab): rows of the real slots only (None: a headless graph, see contract)
     new_keys: list[np.ndarray]  # per layer (1, kv_heads, N, head_dim), N = graph width (padding included)
     new_values: list[np.ndarray]
     seconds: float  # time inside session.run
@@ -113,7 +113,7 @@ class GraphSet:
         names = [o.name for o in sess.get_outputs()]
         by_name = dict(zip(names, outputs, strict=True))
         return GraphOutput(
-            logits=by_name["logits"][0, :n_real],
+            logits=by_name["logits"][0, :n_real] if "logits" in by_name else None,
             new_keys=[by_name[new_key_name(layer)] for layer in range(self.num_layers)],
             new_values=[by_name[new_value_name(layer)] for layer in range(self.num_layers)],
             seconds=seconds,

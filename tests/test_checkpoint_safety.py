@@ -39,11 +39,11 @@ def test_read_checkpoint_refuses_objects_without_running_them(hostile):
 
 def test_every_loader_refuses_the_hostile_file(hostile):
     from mtpedge.export.learned_masks import masks_from_checkpoint
-    from mtpedge.models.dmtd_train import load_head
+    from mtpedge.models.dmtd_train import load_dmtd
     from mtpedge.models.mtp_training import load_checkpoint
 
     path, marker = hostile
-    for load in (load_checkpoint, masks_from_checkpoint, lambda p: load_head(p, None)):
+    for load in (load_checkpoint, masks_from_checkpoint, lambda p: load_dmtd(p, None)):
         with pytest.raises(CheckpointError, match=str(path.name)):
             load(path)
     assert not marker.exists()

@@ -1,4 +1,4 @@
-"""DMTD drafters on the shared decode loop, on a tiny model (and, slow, on SmolLM2 with an untrained copy)."""
+"""DMTD drafters on the shared decode loop, on a tiny model (and, slow, the shipped DMTD model of SmolLM2)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,11 @@ PROMPTS = [[1, 5, 9, 33, 2], [7, 7, 7, 120, 45, 3, 99, 18, 200, 11, 4, 61, 62, 6
 
 @pytest.fixture(scope="module")
 def tiny_dmtd(tiny_model_dir, tmp_path_factory):
-    """A DMTD bundle of the tiny llama (D = 1 of 3 layers), its copy trained a few steps on the model's output."""
+    """A DMTD bundle of the tiny llama (m = 1 thinking + D = 1 decoding layer of 3), trained a few steps on the
+    model's output; its draft graphs score a shortlist of 100 tokens."""
     from mtpedge.export.dmtd_bundle import DmtdExportConfig, export_dmtd_bundle
     from mtpedge.models.distill_data import DistillSample, save_distill_data
+    from mtpedge.models.dmtd import DmtdConfig
     from mtpedge.models.dmtd_train import TrainSettings, train_dmtd
     from mtpedge.models.loading import load_model
 
@@ -28,25 +30,25 @@ def tiny_dmtd(tiny_model_dir, tmp_path_factory):
     samples = [DistillSample(rng.integers(3, 300, 6), rng.integers(3, 300, 20)) for _ in range(4)]
     folder = tmp_path_factory.mktemp("dmtd")
     save_distill_data(samples, folder / "data.npz")
+    config = DmtdConfig(decoding_layers=1, thinking_layers=1, lora_rank=4, lora_alpha=4.0)
     ckpt = train_dmtd(loaded, folder / "data.npz", folder / "ckpt",
-                      TrainSettings(decoding_layers=1, steps=8, lr=3e-3, warmup=1, eval_every=0))
-    config = DmtdExportConfig(context=256, prefill_width=16, decode_widths=(1, 8), copy_widths=(1, 4, 8))
-    bundle = export_dmtd_bundle(loaded, ckpt, folder / "bundle", config)
+                      TrainSettings(model=config, steps=8, lr=3e-3, warmup=1, eval_every=0))
+    export = DmtdExportConfig(context=256, prefill_width=16, decode_widths=(1, 8), copy_widths=(1, 4, 8),
+                              shortlist=100)
+    bundle = export_dmtd_bundle(loaded, ckpt, folder / "bundle", export)
     return loaded, ckpt, bundle
 
 
 def test_the_graphs_tap_the_thinking_layers_output(tiny_dmtd):
-    """Every call's extra output is the residual stream entering the decoding layers, chunk after chunk."""
-    from mtpedge.models.dmtd import thinking_hidden
-    from mtpedge.models.dmtd_train import load_head
+    """Every call's extra output is the residual stream entering the first trained layer, chunk after chunk."""
+    from mtpedge.models.dmtd import tapped_states
 
-    loaded, ckpt, bundle = tiny_dmtd
-    head, _ = load_head(ckpt, loaded)
+    loaded, _, bundle = tiny_dmtd
     engine = Engine.load(bundle, threads=1)
     tokens = np.asarray(PROMPTS[2], dtype=np.int64)
     engine.reset()
     rows = np.concatenate([out.layer_hidden for out in engine.prefill_chunks(tokens)])
-    expected = thinking_hidden(loaded.decoder, tokens, head.split)[0].numpy()
+    expected = tapped_states(loaded.decoder, tokens, engine.manifest.extras["dmtd"]["tap_layer"])[0].numpy()
     np.testing.assert_allclose(rows, expected, atol=1e-5, rtol=1e-4)
 
 
@@ -66,13 +68,13 @@ def test_dmtd_spec_greedy_equals_plain_decoding(tiny_dmtd, draft_len):
 
 @pytest.mark.parametrize("tau", [1, 2, 3, 4])
 def test_dmtd_cyclic_refilling_is_the_trained_gated_pass(tiny_dmtd, tau):
-    """Inference with refilling computes exactly what training's gate describes: each generated token is the
-    argmax of the teacher-forced gated pass over the whole sequence (phase anchored at the last prompt token)."""
-    from mtpedge.models.dmtd import cyclic_gate, dmtd_logits, thinking_hidden
-    from mtpedge.models.dmtd_train import load_head
+    """Inference with refilling computes exactly what training's two streams describe: each generated token is
+    the argmax of the teacher-forced gated pass over the whole sequence (phase anchored at the last prompt token)."""
+    from mtpedge.models.dmtd import dmtd_logits, draft_windows, tapped_states
+    from mtpedge.models.dmtd_train import load_dmtd
 
     loaded, ckpt, bundle = tiny_dmtd
-    head, _ = load_head(ckpt, loaded)
+    model, _ = load_dmtd(ckpt, loaded)
     engine = Engine.load(bundle, threads=1)
     drafter = make_drafter(f"dmtd:tau={tau}", engine)
     for prompt in PROMPTS:
@@ -81,8 +83,8 @@ def test_dmtd_cyclic_refilling_is_the_trained_gated_pass(tiny_dmtd, tau):
         assert out.stats.lossless is False and out.stats.to_dict()["lossless"] is False
         ids = np.asarray(prompt + out.token_ids, dtype=np.int64)
         with torch.no_grad():
-            logits = dmtd_logits(loaded.decoder, head, ids, thinking_hidden(loaded.decoder, ids, head.split),
-                                 cyclic_gate(len(ids), tau, len(prompt) - 1))
+            logits = dmtd_logits(loaded.decoder, model, ids, tapped_states(loaded.decoder, ids, model.tap),
+                                 draft_windows(len(ids), tau, len(prompt) - 1))
         expected = logits[len(prompt) - 1: -1].argmax(-1).tolist()
         assert out.token_ids == expected
 
@@ -118,7 +120,7 @@ def test_generate_command_runs_both_modes_and_warns_for_the_lossy_one(tiny_dmtd,
         assert ("LOSSY" in captured.err) == (drafter == "dmtd:tau=2")
     assert outputs["dmtd-spec"]["token_ids"] == outputs["none"]["token_ids"]
     assert outputs["dmtd:tau=2"]["drafter_settings"] == {"drafter": "dmtd", "tau": 2, "decoding_layers": 1,
-                                                        "lossy": True}
+                                                        "thinking_layers": 1, "lossy": True}
     assert outputs["dmtd:tau=2"]["lossless"] is False and outputs["dmtd-spec"]["lossless"] is True
 
 
@@ -139,26 +141,22 @@ def test_bench_methods_take_the_dmtd_names(tiny_dmtd):
 
 
 @pytest.mark.slow
-def test_smollm2_dmtd_spec_equals_plain_decoding(smollm2_model, tmp_path):
-    """SmolLM2 split 24 + 6, the copy untrained (losslessness must not depend on what the drafter learned):
-    greedy dmtd-spec output equals plain decoding of the same bundle's graphs on chat prompts."""
-    from mtpedge.export.dmtd_bundle import DmtdExportConfig, export_dmtd_bundle
-    from mtpedge.models.dmtd import DmtdHead
-    from mtpedge.models.dmtd_train import TrainSettings, save_checkpoint
+def test_default_dmtd_drafters_run_without_flags_and_dmtd_spec_equals_plain_decoding(smollm2_float_bundle, capsys):
+    """`--drafter dmtd-spec` with no bundle exports the default model with its shipped DMTD model (once, into the
+    cache's -dmtd bundle, float32 graphs) and outputs exactly what plain decoding of the default model's float32
+    bundle does; the lossy
+    `dmtd` runs there too and says it is lossy."""
+    import json
 
-    torch.set_num_threads(1)
-    head = DmtdHead(smollm2_model.decoder, 6)
-    ckpt = tmp_path / "dmtd.pt"
-    save_checkpoint(ckpt, head, torch.optim.AdamW(head.parameters()), 0, TrainSettings(decoding_layers=6),
-                    smollm2_model, [])
-    config = DmtdExportConfig(context=256, prefill_width=16, decode_widths=(1, 4), copy_widths=(1, 8),
-                              check_parity=False)
-    bundle = export_dmtd_bundle(smollm2_model, ckpt, tmp_path / "bundle", config)
-    engine = Engine.load(bundle, threads=1)
-    drafter = make_drafter("dmtd-spec:draft_len=3", engine)
+    from mtpedge.main import main
+
+    def run(*argv: str) -> dict:
+        assert main(["generate", *argv, "--max-new-tokens", "40", "--json", "--threads", "1"]) == 0
+        return json.loads(capsys.readouterr().out)
+
     for text in ["What is the capital of France?", "Write a haiku about the sea.", "Explain recursion briefly."]:
-        prompt = engine.tokenizer.encode_chat([{"role": "user", "content": text}])
-        plain = generate(engine, prompt, max_new_tokens=48).token_ids
-        spec = generate(engine, prompt, max_new_tokens=48, drafter=drafter)
-        assert spec.token_ids == plain
-        assert spec.stats.tokens_per_call >= 1.0
+        spec = run(text, "--drafter", "dmtd-spec")
+        assert spec["token_ids"] == run(text, "--bundle", str(smollm2_float_bundle))["token_ids"]
+        assert spec["lossless"] is True and spec["drafter_settings"]["drafter"] == "dmtd-spec"
+    lossy = run("Write a haiku about the sea.", "--drafter", "dmtd:tau=2")
+    assert lossy["lossless"] is False and len(lossy["token_ids"]) > 0

@@ -1,23 +1,45 @@
-"""DMTD training on a tiny model: the gate, that training lowers the gated loss, and exact resume."""
+"""The DMTD model and its training on a tiny model: the gate, the two streams, training, resume and release."""
 
 from __future__ import annotations
-
-import dataclasses
 
 import numpy as np
 import pytest
 import torch
 
-from mtpedge.models.dmtd import DmtdHead, cyclic_gate, dmtd_logits, perplexities, thinking_hidden
-from mtpedge.models.dmtd_train import TrainSettings, load_head, train_dmtd
+from mtpedge.models.dmtd import (
+    DmtdConfig,
+    DmtdModel,
+    base_logits,
+    dmtd_logits,
+    draft_windows,
+    run_causal,
+    tapped_states,
+    two_stream_visibility,
+)
+from mtpedge.models.dmtd_train import TrainSettings, load_dmtd, train_dmtd, write_release
+
+CONFIG = DmtdConfig(decoding_layers=1, thinking_layers=1, lora_rank=4, lora_alpha=4.0)
 
 
-def test_cyclic_gate_opens_the_prompt_and_every_tau_th_position_after_it():
-    gate = cyclic_gate(10, 3, anchor=2)
-    assert gate.tolist() == [True, True, True, False, False, True, False, False, True, False]
-    assert cyclic_gate(5, 2, anchor=0).tolist() == [True, False, True, False, True]
+def test_draft_windows_open_the_prompt_and_every_tau_th_position_after_it():
+    assert draft_windows(10, 3, anchor=2).tolist() == [0, 1, 2, 2, 2, 5, 5, 5, 8, 8]
+    assert draft_windows(5, 2, anchor=0).tolist() == [0, 0, 2, 2, 4]
+    assert draft_windows(4, 1, anchor=0).tolist() == [0, 1, 2, 3]  # τ = 1: every position a head
     with pytest.raises(ValueError, match="τ"):
-        cyclic_gate(5, 0, anchor=0)
+        draft_windows(5, 0, anchor=0)
+
+
+def test_two_streams_see_what_inference_has_at_each_position():
+    """Head-stream rows are causal over heads; a draft row sees heads up to its cycle's head and its own cycle's
+    drafts up to itself (full refill: every earlier cycle is in the KV as heads)."""
+    windows = draft_windows(6, 3, anchor=1)  # heads 0, 1, 4; drafts 2, 3 (cycle of 1) and 5 (cycle of 4)
+    drafts, visible = two_stream_visibility(windows)
+    assert drafts.tolist() == [2, 3, 5]
+    heads, own = visible[:, :6], visible[:, 6:]
+    assert (heads[:6] == np.tril(np.ones((6, 6), bool))).all() and not own[:6].any()
+    assert heads[6].tolist() == [1, 1, 0, 0, 0, 0] and own[6].tolist() == [1, 0, 0]  # position 2
+    assert heads[7].tolist() == [1, 1, 0, 0, 0, 0] and own[7].tolist() == [1, 1, 0]  # position 3
+    assert heads[8].tolist() == [1, 1, 1, 1, 1, 0] and own[8].tolist() == [0, 0, 1]  # position 5
 
 
 @pytest.fixture(scope="module")
@@ -30,68 +52,94 @@ def tiny_loaded(tiny_model_dir):
 
 @pytest.fixture(scope="module")
 def tiny_data(tiny_bundle, tmp_path_factory):
-    from mtpedge.models.distill_data import make_distill_data, save_distill_data
+    """The tiny model's own greedy answers, with a one-hot teacher distribution from its logits."""
+    from mtpedge.models.distill_data import DistillSample, make_distill_data, save_distill_data
     from mtpedge.runtime.engine import Engine
 
     engine = Engine.load(tiny_bundle("llama"), threads=1)
     samples = make_distill_data(engine, ["hello there", "count to ten", "a poem about rain"], max_new_tokens=24)
-    path = tmp_path_factory.mktemp("distill") / "tiny.npz"
-    save_distill_data(samples, path)
-    return path
+    samples = [DistillSample(s.prompt_ids, s.response_ids, s.response_ids[:, None].astype(np.int32),
+                             np.ones((s.response_ids.size, 1), np.float16)) for s in samples]
+    folder = tmp_path_factory.mktemp("distill")
+    save_distill_data(samples, folder / "first-0000.npz")
+    return folder
 
 
-def test_a_fully_open_gate_with_no_extra_embedding_would_be_the_base(tiny_loaded):
-    """The gated pass differs from the base only by the gate and the added embedding (sanity of the split)."""
+def test_an_untrained_model_with_every_position_a_head_is_the_base_model(tiny_loaded):
+    """The gate passes h_think unchanged at a head, and the LoRA starts at zero: M = 1 everywhere IS the base."""
     decoder = tiny_loaded.decoder
-    head = DmtdHead(decoder, 1)
-    ids = np.arange(3, 15, dtype=np.int64)
-    h_think = thinking_hidden(decoder, ids, head.split)
+    model = DmtdModel(decoder, CONFIG)
+    ids = np.arange(3, 40, dtype=np.int64)
     with torch.no_grad():
-        full = decoder(*_contract_inputs(decoder, ids))[0][0]
-        emb = decoder.model.embed_tokens(torch.from_numpy(ids))[None]
-        # emb + 1 * (h_think - emb) = h_think: the open gate then reproduces the base model exactly
-        gated = dmtd_logits(decoder, head, ids, h_think - emb, np.ones(len(ids), dtype=bool))
-    assert torch.allclose(gated, full, atol=1e-4)
+        tapped = tapped_states(decoder, ids, model.tap)
+        full = decoder.lm_head(decoder.model.norm(run_causal(decoder, decoder.model.layers, embed_rows(decoder, ids))))
+        gated = dmtd_logits(decoder, model, ids, tapped, draft_windows(ids.size, 1, 0))
+        assert torch.equal(gated, base_logits(decoder, tapped, model.tap))
+        np.testing.assert_allclose(gated.numpy(), full[0].numpy(), atol=1e-5)
+        # heads of a cyclic gate are base rows too, the drafts in between are not
+        cyclic = dmtd_logits(decoder, model, ids, tapped, draft_windows(ids.size, 3, 5))
+    heads = draft_windows(ids.size, 3, 5) == np.arange(ids.size)
+    np.testing.assert_allclose(cyclic[heads].numpy(), full[0][heads].numpy(), atol=1e-5)
+    assert not torch.allclose(cyclic[~heads], full[0][~heads], atol=1e-3)
 
 
-def _contract_inputs(decoder, ids):
-    from mtpedge.models.dmtd import Causal
-
-    causal = Causal(decoder, len(ids))
-    emb = decoder.model.embed_tokens(torch.from_numpy(ids))[None]
-    past = [causal.past] * (2 * decoder.cfg.num_layers)
-    return (emb, causal.bias, causal.cos, causal.sin, *past)
+def embed_rows(decoder, ids):
+    return decoder.model.embed_tokens(torch.from_numpy(ids))[None]
 
 
-def test_training_lowers_the_gated_loss_and_resume_is_exact(tiny_loaded, tiny_data, tmp_path):
-    settings = TrainSettings(decoding_layers=1, taus=(2, 3), steps=6, lr=3e-3, warmup=1, checkpoint_every=3,
+def test_config_refuses_a_split_with_no_frozen_layer(tiny_loaded):
+    with pytest.raises(ValueError, match="no frozen layer"):
+        DmtdModel(tiny_loaded.decoder, DmtdConfig(decoding_layers=2, thinking_layers=1, lora_rank=4))
+    with pytest.raises(ValueError, match="D >= 1"):
+        DmtdConfig(decoding_layers=0)
+
+
+def test_training_lowers_the_gated_loss_resume_is_exact_and_the_release_is_small(tiny_loaded, tiny_data, tmp_path):
+    from mtpedge.models.distill_data import load_distill_data
+    from mtpedge.models.dmtd_train import gated_loss
+
+    settings = TrainSettings(model=CONFIG, taus=(2, 3), steps=6, lr=3e-3, warmup=1, checkpoint_every=3,
                              eval_every=0)
     straight = train_dmtd(tiny_loaded, tiny_data, tmp_path / "a", settings)
     train_dmtd(tiny_loaded, tiny_data, tmp_path / "b", settings, stop_at=3)
     resumed = train_dmtd(tiny_loaded, tiny_data, tmp_path / "b", settings, resume=True)
-    head_a, state_a = load_head(straight, tiny_loaded)
-    head_b, state_b = load_head(resumed, tiny_loaded)
+    model_a, state_a = load_dmtd(straight, tiny_loaded)
+    model_b, state_b = load_dmtd(resumed, tiny_loaded)
     assert state_a["step"] == state_b["step"] == 6
-    for (name, a), (_, b) in zip(head_a.state_dict().items(), head_b.state_dict().items(), strict=True):
+    for (name, a), (_, b) in zip(model_a.trainable_state().items(), model_b.trainable_state().items(), strict=True):
         assert torch.equal(a, b), name
     with pytest.raises(ValueError, match="--resume"):
         train_dmtd(tiny_loaded, tiny_data, tmp_path / "a", settings)
-    # asked to go on longer, a resumed run keeps the schedule it started with (its cosine ends at step 6 as planned)
-    train_dmtd(tiny_loaded, tiny_data, tmp_path / "d", settings, stop_at=3)
-    longer_plan = dataclasses.replace(settings, steps=9)
-    head_d, _ = load_head(train_dmtd(tiny_loaded, tiny_data, tmp_path / "d", longer_plan, resume=True, stop_at=6),
-                          tiny_loaded)
-    for (name, a), (_, d) in zip(head_a.state_dict().items(), head_d.state_dict().items(), strict=True):
-        assert torch.equal(a, d), name
+    other = TrainSettings(model=DmtdConfig(decoding_layers=2, thinking_layers=0, lora_rank=4), steps=8)
+    with pytest.raises(ValueError, match="--decoding-layers"):
+        train_dmtd(tiny_loaded, tiny_data, tmp_path / "b", other, resume=True)
 
-    longer = TrainSettings(decoding_layers=1, taus=(2,), steps=40, lr=3e-3, warmup=1, eval_every=0,
-                           checkpoint_every=40)
-    trained, _ = load_head(train_dmtd(tiny_loaded, tiny_data, tmp_path / "c", longer), tiny_loaded)
-    from mtpedge.models.distill_data import load_distill_data
-
+    longer = TrainSettings(model=CONFIG, taus=(2,), steps=40, lr=3e-3, warmup=1, eval_every=0, checkpoint_every=40)
+    trained, _ = load_dmtd(train_dmtd(tiny_loaded, tiny_data, tmp_path / "c", longer), tiny_loaded)
     sample = load_distill_data(tiny_data)[0]
-    ids = np.concatenate([sample.prompt_ids, sample.response_ids])
-    anchor = len(sample.prompt_ids) - 1
-    before = perplexities(tiny_loaded.decoder, DmtdHead(tiny_loaded.decoder, 1), ids, (2,), anchor)["tau2"]
-    after = perplexities(tiny_loaded.decoder, trained, ids, (2,), anchor)["tau2"]
+    tokens = np.concatenate([sample.prompt_ids, sample.response_ids])
+    p_len = sample.prompt_ids.size
+    decoder = tiny_loaded.decoder
+    with torch.no_grad():
+        before = gated_loss(decoder, DmtdModel(decoder, CONFIG), tokens, p_len, sample,
+                            tapped_states(decoder, tokens, 1), 2, p_len - 1)
+        after = gated_loss(decoder, trained, tokens, p_len, sample, tapped_states(decoder, tokens, 1), 2, p_len - 1)
     assert after < before
+
+    release = tmp_path / "release.pt"
+    write_release(tmp_path / "c" / "dmtd.pt", release, tiny_loaded)
+    shipped, state = load_dmtd(release, tiny_loaded)
+    assert state["optimizer"] is None and all(v.dtype == torch.float16 for v in state["dmtd"].values())
+    with torch.no_grad():
+        tapped = tapped_states(decoder, tokens, 1)
+        windows = draft_windows(tokens.size, 2, p_len - 1)
+        np.testing.assert_allclose(dmtd_logits(decoder, shipped, tokens, tapped, windows).numpy(),
+                                   dmtd_logits(decoder, trained, tokens, tapped, windows).numpy(), atol=2e-2)
+
+
+def test_a_checkpoint_is_refused_for_another_base_model(tiny_loaded, tiny_model_dir, tiny_data, tmp_path):
+    from mtpedge.models.loading import load_model
+
+    ckpt = train_dmtd(tiny_loaded, tiny_data, tmp_path, TrainSettings(model=CONFIG, steps=1, eval_every=0))
+    with pytest.raises(ValueError, match="was trained on"):
+        load_dmtd(ckpt, load_model(tiny_model_dir("qwen2")))

@@ -1,28 +1,28 @@
 """DMTD drafters (direct multi-token decoding, arXiv:2510.11958) on a DMTD bundle, in the shared decode loop.
 
-The base model's L layers are "thinking" layers [0, L - D) and D decoding layers; a trained copy of the
-decoding layers decodes from a token's embedding alone between cycle heads, and from emb + the thinking hidden
-state h at a head (models/dmtd.py). A DMTD bundle (export/dmtd_bundle.py) holds:
-    the base model's graphs, with h as one more output (`layer_hidden`) of every call;
-    the copy as a D-layer decoder graph of the ordinary contract (`copy_graphs`), run by an Engine of its own:
-    the same block runner, attention bias, RoPE tables and graph I/O check as the main engine, and the copy's
-    own KV cache.
+The DMTD model (models/dmtd.py) is a trained copy of the base model's last m + D layers: m thinking layers that
+refill from the base's tapped states, then D decoding layers that take the thinking copy's output at a cycle
+head and a token's embedding alone elsewhere. A DMTD bundle (export/dmtd_bundle.py) holds:
+    the base model's graphs, with the residual stream entering the copy's first layer as one more output
+    (`layer_hidden`) of every call;
+    the copy's graphs, each set run by an Engine of its own (same block runner, bias, RoPE and I/O check as
+    the main engine, its own KV cache): `think` (m layers, headless), `decode` (D layers + the LM head) and
+    `draft` (the same D layers scoring a shortlist of tokens).
 
-Why this cut: the loop's one call per step already runs the thinking layers over the tree's tokens, so tapping
-their output costs nothing, and verification is the base model's own full graph, the one plain decoding runs:
-dmtd-spec is lossless by construction. The copy's KV is the only extra state, and only the copy needs it. (The
-lossy mode pays for it: a head call runs all L layers where the paper's inference runs only the thinking ones.)
+Every position before the current cycle is a head in the copy's KV (full refill: models/dmtd.py), and the loop's
+one call per step already runs the base graph over the step's tokens, which gives their tapped states for free.
 
-    dmtd-spec (LOSSLESS)  each step the copy drafts a chain of `draft_len` tokens after the root (its input: the
-                          root's embedding alone); the loop verifies the chain with the base model. The accepted
-                          tokens' emb + h then enter the copy's KV as heads, in the call that drafts the next chain.
-    dmtd (LOSSY)          the paper's inference with cyclic refilling: from the prompt's last position on, every
-                          τ-th position is a head. A step's chain is the τ tokens up to the next head, drafted by
-                          the copy from embeddings alone; the loop's call runs them through the base graph (which
-                          refills the thinking layers' KV and gives h at the head), and the copy's logits at the
-                          head (emb + h) choose the next root. The loop verifies against these logits
-                          (`own_logits`): the output is the DMTD model's, not the base model's. It equals the
-                          training-time gated pass token for token (tests/test_dmtd_runtime.py).
+    dmtd-spec (LOSSLESS)  the tokens the last call verified enter the copy as heads (thinking copy, then the
+                          draft graph), and in the same draft call the root, from its embedding alone, drafts the
+                          first token; `draft_len - 1` one-row calls draft the rest of the chain. The base graph
+                          verifies the chain: the output is the base model's, whatever the drafts.
+    dmtd (LOSSY)          the paper's inference: from the prompt's last position on, every τ-th position is a
+                          head. A step's chain is the τ tokens up to the next head, drafted from embeddings; the
+                          loop's call runs them through the base graph (their tapped states), the copy re-runs
+                          them as heads (refill), and the copy's logits at the head choose the next root. The loop
+                          takes these logits in place of the model's (`own_logits`): the output is the DMTD
+                          model's, which equals the training-time gated pass token for token
+                          (tests/test_dmtd_runtime.py).
 
 Graph time of the copy's calls counts as host time in the stats (the loop times the main engine's calls).
 """
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..bundle import BundleError, GraphEntry
+from ..bundle import BundleError, GraphEntry, bundle_file
 from ..contract import LAYER_HIDDEN
 from ..tree import DraftTree
 from .base import Drafter, option
@@ -44,52 +44,61 @@ if TYPE_CHECKING:
     from ..engine import Engine
     from ..graphs import GraphOutput
 
-HOW_TO_MAKE = "make one with `mtpedge train-dmtd ... --export-bundle DIR` (or `--steps 0 --resume` from a checkpoint)"
+HOW_TO_MAKE = ("the default model's comes with `--drafter dmtd-spec` / `dmtd` and no --bundle; for another model "
+               "`mtpedge train-dmtd ... --export-bundle DIR`")
 
 
-def copy_engine(engine: Engine) -> Engine:
-    """An Engine over the DMTD bundle's copy graphs (D layers, its own KV cache); BundleError if there are none."""
+def copy_engine(engine: Engine, kind: str) -> Engine | None:
+    """An Engine over one set of the DMTD bundle's copy graphs (`think`, `decode` or `draft`), None for a thinking
+    copy of no layers; BundleError if the bundle has none."""
     from ..engine import Engine
 
     info = engine.manifest.extras.get("dmtd")
     if not info:
-        raise BundleError(f"{engine.folder} is not a DMTD bundle (no decoding copy): {HOW_TO_MAKE}")
-    thinking = int(info["thinking_layers"])
-    if "copy_graphs" not in info or engine.manifest.extras.get(LAYER_HIDDEN) != thinking:
-        raise BundleError(f"{engine.folder} is a DMTD bundle of an older mtpedge (part graphs, no tapped hidden "
-                          f"state): re-export it, {HOW_TO_MAKE}")
+        raise BundleError(f"{engine.folder} is not a DMTD bundle (no trained copy): {HOW_TO_MAKE}")
+    if "decode_graphs" not in info or engine.manifest.extras.get(LAYER_HIDDEN) != info.get("tap_layer"):
+        raise BundleError(f"{engine.folder} is a DMTD bundle of an older mtpedge (an untrained-thinking copy): "
+                          f"re-export it; {HOW_TO_MAKE}")
+    layers = int(info["thinking_layers"] if kind == "think" else info["decoding_layers"])
+    if layers == 0:
+        return None
     manifest = engine.manifest
-    copy = replace(manifest, config=replace(manifest.config, num_layers=int(info["decoding_layers"])),
-                   graphs=[GraphEntry(**g) for g in info["copy_graphs"]], extras={})
+    copy = replace(manifest, config=replace(manifest.config, num_layers=layers),
+                   graphs=[GraphEntry(**g) for g in info[f"{kind}_graphs"]], extras={})
     graphs = engine.graphs
     return Engine(engine.folder, copy, graphs.threads, graphs.providers, graphs.session_options)
 
 
 class CopyDrafter(Drafter):
-    """What both DMTD modes share: the copy's engine, and its KV over the prompt (every prompt position a head)."""
+    """What both modes share: the thinking copy and a decoding graph set (`decoding`: decode or draft), their KV
+    caches, and the refill that turns tapped states into heads."""
+
+    decoding = "decode"
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self.copy = copy_engine(engine)
-        self.decoding_layers = int(engine.manifest.extras["dmtd"]["decoding_layers"])
-        self._prompt = np.zeros(0, dtype=np.int64)
-        self._prompt_logits: np.ndarray | None = None  # lossy: the copy's logits of the last prompt chunk
+        self.think = copy_engine(engine, "think")
+        self.decode = copy_engine(engine, self.decoding)
+        self.info = engine.manifest.extras["dmtd"]
+        self.decoding_layers = int(self.info["decoding_layers"])
 
     def start(self, engine: Engine, prompt_ids: Sequence[int]) -> None:
-        self.copy.reset()
-        self._prompt = np.asarray(prompt_ids, dtype=np.int64)
+        if self.think is not None:
+            self.think.reset()
+        self.decode.reset()
 
-    def observe_prefill(self, out: GraphOutput) -> None:
-        n_past = self.copy.cache.n_past
-        tokens = self._prompt[n_past: n_past + out.logits.shape[0]]
-        logits = self.run_copy(self.engine.embed(tokens) + out.layer_hidden)
-        self._prompt_logits = logits if self.lossy else None
+    def refill(self, tapped: np.ndarray) -> np.ndarray:
+        """Tapped states of the next positions through the thinking copy, then as heads through the decoding
+        graphs; both caches commit them. The decoding logits of those rows."""
+        rows = tapped if self.think is None else self.run(self.think, tapped).layer_hidden
+        return self.run(self.decode, rows).logits
 
-    def run_copy(self, rows: np.ndarray) -> np.ndarray:
-        """Run and commit a chain of input rows through the copy; their logits."""
-        out = self.copy.run_block(rows, np.arange(-1, rows.shape[0] - 1))
-        self.copy.cache.commit_accepted_kv(out.new_keys, out.new_values, np.arange(rows.shape[0]))
-        return out.logits
+    @staticmethod
+    def run(copy: Engine, rows: np.ndarray) -> GraphOutput:
+        """Run and commit a chain of input rows after the copy's cache."""
+        out = copy.run_block(rows, np.arange(-1, rows.shape[0] - 1))
+        copy.cache.commit_accepted_kv(out.new_keys, out.new_values, np.arange(rows.shape[0]))
+        return out
 
 
 @dataclass(frozen=True)
@@ -106,17 +115,20 @@ class DmtdSpecDrafter(CopyDrafter):
 
     name = "dmtd-spec"
     Options = DmtdSpecOptions
+    decoding = "draft"
 
     def __init__(self, engine: Engine, options: DmtdSpecOptions) -> None:
         super().__init__(engine)
         self.draft_len = options.draft_len
-        # a step's copy call holds the last accepted path (at most draft_len + 1 heads) and the root
-        widest = min(engine.graphs.max_width - 1, self.copy.graphs.max_width - 2)
+        # a step's draft call holds the last verified path (at most draft_len + 1 heads) and the root
+        widest = min(engine.graphs.max_width - 1, self.decode.graphs.max_width - 2)
         if self.draft_len > widest:
             raise ValueError(f"draft_len must be in [0, {widest}] for this bundle's graph widths, got {self.draft_len}")
+        self.shortlist = np.load(bundle_file(engine.folder, self.info["shortlist_file"]))
         self.settings = {"drafter": self.name, "draft_len": self.draft_len, "decoding_layers": self.decoding_layers,
+                         "thinking_layers": int(self.info["thinking_layers"]), "shortlist": int(self.shortlist.size),
                          "lossy": False}
-        self._heads = np.zeros((0, engine.config.hidden_size), dtype=np.float32)  # verified rows not yet in the copy
+        self._heads = np.zeros((0, engine.config.hidden_size), dtype=np.float32)  # verified, not yet in the copy
 
     def start(self, engine: Engine, prompt_ids: Sequence[int]) -> None:
         super().start(engine, prompt_ids)
@@ -124,25 +136,28 @@ class DmtdSpecDrafter(CopyDrafter):
 
     def observe_prefill(self, out: GraphOutput) -> None:
         if self.draft_len:
-            super().observe_prefill(out)
+            self.refill(out.layer_hidden)
 
     def propose(self, context_ids: Sequence[int], root: int) -> tuple[DraftTree, None]:
         drafts = min(self.draft_len, self.engine.cache.free - 1)  # every draft's position must fit the context
         tokens = [root]
         if drafts > 0:
             embed = self.engine.embed
-            # one call: the last verified tokens as heads (kept) + the root from its embedding alone (dropped below)
-            logits = self.run_copy(np.concatenate([self._heads, embed(np.array([root]))]))
-            tokens.append(int(np.argmax(logits[-1])))
+            heads = self._heads if self.think is None or not len(self._heads) else \
+                self.run(self.think, self._heads).layer_hidden
+            # one call: the verified tokens as heads (kept) + the root from its embedding alone (dropped below)
+            logits = self.run(self.decode, np.concatenate([heads, embed(np.array([root]))])).logits
+            tokens.append(int(self.shortlist[np.argmax(logits[-1])]))
             for _ in range(drafts - 1):
-                tokens.append(int(np.argmax(self.run_copy(embed(np.array(tokens[-1:])))[0])))
-            self.copy.cache.truncate(self.engine.cache.n_past)  # keep the heads, up to the root's position
+                logits = self.run(self.decode, embed(np.array(tokens[-1:]))).logits
+                tokens.append(int(self.shortlist[np.argmax(logits[0])]))
+            self.decode.cache.truncate(self.engine.cache.n_past)  # keep the heads, up to the root's position
             self._heads = self._heads[:0]
         return DraftTree(np.asarray(tokens), np.arange(-1, len(tokens) - 1)), None
 
     def observe(self, tree: DraftTree, out: GraphOutput, path: list[int]) -> None:
-        if self.draft_len:  # the accepted tokens become heads: emb + the thinking layers' output
-            self._heads = np.concatenate([self._heads, self.engine.embed(tree.tokens[path]) + out.layer_hidden[path]])
+        if self.draft_len:  # the verified tokens become heads in the next propose
+            self._heads = np.concatenate([self._heads, out.layer_hidden[path]])
 
 
 @dataclass(frozen=True)
@@ -168,14 +183,13 @@ class DmtdDrafter(CopyDrafter):
             raise ValueError(f"τ must be in [1, {engine.graphs.max_width}] for this bundle's graph widths, "
                              f"got {self.tau}")
         self.settings = {"drafter": self.name, "tau": self.tau, "decoding_layers": self.decoding_layers,
-                         "lossy": True}
-        self._anchor = 0  # the prompt's last position: the first head
+                         "thinking_layers": int(self.info["thinking_layers"]), "lossy": True}
         self._chain: list[int] = []
         self._chain_logits: list[np.ndarray] = []
+        self._prompt_logits: np.ndarray | None = None  # the copy's logits of the last prompt chunk
 
-    def start(self, engine: Engine, prompt_ids: Sequence[int]) -> None:
-        super().start(engine, prompt_ids)
-        self._anchor = len(prompt_ids) - 1
+    def observe_prefill(self, out: GraphOutput) -> None:
+        self._prompt_logits = self.refill(out.layer_hidden)  # every prompt position is a head
 
     def propose(self, context_ids: Sequence[int], root: int) -> tuple[DraftTree, None]:
         """The chain from the root up to the next head (or to the end of the context), drafted from embeddings."""
@@ -183,16 +197,15 @@ class DmtdDrafter(CopyDrafter):
         tokens = self._chain = [root]
         self._chain_logits = []
         for _ in range(length - 1):  # positions between heads: the copy sees the embedding alone
-            self._chain_logits.append(self.run_copy(self.engine.embed(np.array(tokens[-1:])))[0])
+            self._chain_logits.append(self.run(self.decode, self.engine.embed(np.array(tokens[-1:]))).logits[0])
             tokens.append(int(np.argmax(self._chain_logits[-1])))
         return DraftTree(np.asarray(tokens), np.arange(-1, len(tokens) - 1)), None
 
     def own_logits(self, out: GraphOutput) -> np.ndarray:
-        if self._prompt_logits is not None:  # the prompt's last chunk: the copy ran it in observe_prefill
+        if self._prompt_logits is not None:  # the prompt's last chunk: refilled in observe_prefill
             logits, self._prompt_logits = self._prompt_logits, None
             return logits
-        position = self.copy.cache.n_past  # of the chain's last token
-        row = self.engine.embed(np.array(self._chain[-1:]))
-        if (position - self._anchor) % self.tau == 0:  # a cycle head: the copy also sees the thinking layers
-            row = row + out.layer_hidden[-1:]
-        return np.stack([*self._chain_logits, self.run_copy(row)[0]])
+        # the chain's drafts leave the decoding cache and come back as heads, the last one the cycle's head
+        self.decode.cache.truncate(self.decode.cache.n_past - len(self._chain_logits))
+        head = self.refill(out.layer_hidden)[-1]
+        return np.stack([*self._chain_logits, head])

@@ -1,0 +1,21 @@
+"""`--device auto|cpu|cuda` for the commands that run PyTorch (data generation and training).
+
+auto takes the CUDA device when torch sees one, else the CPU, so one command line serves both machines.
+"""
+
+from __future__ import annotations
+
+import torch
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def resolve_device(name: str) -> torch.device:
+    if name not in DEVICES:
+        raise ValueError(f"--device {name!r} is not one of {', '.join(DEVICES)}")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device cuda: torch {torch.__version__} sees no CUDA device (a CPU-only build, or no "
+                         "driver); pass --device cpu, or auto to take CUDA only when present")
+    return torch.device(name)
