@@ -47,6 +47,7 @@ class ChatSession:
         self.replies = self.tokens = self.decode_calls = 0
         self.decode_tokens = 0.0  # tokens committed by decode calls (τ x calls), as GenerationStats counts them
         self.seconds = 0.0
+        self.context_tokens = 0  # the last reply's prompt and answer: what the conversation fills of the context
 
     def set_drafter(self, spec: str | DrafterSpec) -> str | None:
         """Switch to the drafter `spec` names; a warning to show for a lossy one. ValueError names the choices."""
@@ -59,6 +60,7 @@ class ChatSession:
 
     def reset(self) -> None:
         self.history.clear()
+        self.context_tokens = 0
 
     def messages(self, history: list[dict[str, str]]) -> list[dict[str, str]]:
         return ([{"role": "system", "content": self.system}] if self.system else []) + history
@@ -101,6 +103,7 @@ class ChatSession:
         self.history = [*history, {"role": "assistant", "content": answer}]
         stats = result.stats
         self.last = stats
+        self.context_tokens = len(prompt_ids) + stats.new_tokens
         self.replies += 1
         self.tokens += stats.new_tokens
         self.decode_calls += stats.decode_calls
@@ -109,7 +112,8 @@ class ChatSession:
         return Reply(answer, stats, dropped, stats.finish_reason == "cancelled")
 
     def context_used(self) -> int:
-        return len(self.engine.tokenizer.encode_chat(self.messages(self.history))) if self.history else 0
+        # counted, not rendered again: a template may refuse the history as it stands (ending with a reply)
+        return self.context_tokens
 
     def stats_report(self) -> str:
         lines = [f"last reply: {format_stats(self.last.to_dict())}" if self.last else "last reply: none yet"]

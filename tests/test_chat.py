@@ -68,6 +68,7 @@ def test_replies_continue_the_conversation(engine):
                {"role": "assistant", "content": first.text}, {"role": "user", "content": "And then?"}]
     assert second.text == greedy_reply(engine, history, 20)
     assert len(session.history) == 4 and session.replies == 2
+    assert session.context_used() == second.stats.prompt_tokens + second.stats.new_tokens  # what the cache holds
     session.reset()
     assert session.history == [] and session.context_used() == 0
 
@@ -198,3 +199,21 @@ def test_the_chat_command_end_to_end(bundle):
                            "--max-new-tokens", "8"], input=script, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "session: 1 replies, " in done.stderr and "context: " in done.stderr
+
+
+def test_a_conversation_the_template_stops_accepting_goes_on_after_a_reset(bundle, tmp_path):
+    """A template that refuses a conversation only once it has grown (here: past three messages, as templates with
+    a turn or length check do): /stats still answers, the refused message is said, /reset lets the chat go on."""
+    folder = shutil.copytree(bundle, tmp_path / "bundle")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["tokenizer"]["chat_template"] = (
+        "{% if messages | length > 3 %}{{ raise_exception('at most three messages') }}{% endif %}"
+        "{% for m in messages %}{{ m['role'] + ': ' + m['content'] + '\\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}assistant: {% endif %}")
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    session = ChatSession(Engine.load(folder), GREEDY, 4)
+    status, out, err = run_repl(session, ["hello", "/stats", "again", "/stats", "third", "/reset", "fresh", "/quit"])
+    assert status == 0
+    assert "(not sent: the model's chat template refused the conversation: at most three messages)" in err
+    assert err.count("session: ") == 2 and "context: " in err
+    assert session.replies == 3 and [m["content"] for m in session.history[::2]] == ["fresh"]
