@@ -6,6 +6,9 @@ Which `limit` questions of each category (`pick`):
     spread   evenly over the category: every (n // limit)-th from the first (the old interleaved benchmarks' 52)
     between  halfway between spread's: as many questions, none of spread's (where a category holds 2 x limit
              or more), for exploring settings without tuning them on the questions a final run reports
+
+The held-out set (`heldout_turns`) is what training measures itself on: questions 5-6 of each category, which
+the benchmark (the first 4 of each) never reports.
 """
 
 from __future__ import annotations
@@ -57,9 +60,11 @@ def parse_questions(lines: Sequence[str], source: str = "<questions>") -> list[Q
 
 
 def select_questions(questions: Sequence[Question], categories: Sequence[str] | None = None,
-                     limit: int | None = None, pick: str = "first", skip: int = 0) -> list[Question]:
+                     limit: int | None = None, pick: str = "first", skip: int = 0,
+                     max_chars: int | None = None) -> list[Question]:
     """The questions of `categories` (all if None): after leaving out the first `skip` of each category, at most
-    `limit` of the rest chosen by `pick` (a stratified subset that keeps every category), in file order."""
+    `limit` of the rest chosen by `pick` (a stratified subset that keeps every category), in file order.
+    max_chars: only questions whose first turn is at most that long count (before skip and limit)."""
     known = list(dict.fromkeys(q.category for q in questions))
     if categories:
         unknown = [c for c in categories if c not in known]
@@ -74,7 +79,7 @@ def select_questions(questions: Sequence[Question], categories: Sequence[str] | 
     wanted = set(categories) if categories else set(known)
     by_category: dict[str, list[int]] = {}  # positions in the file
     for i, q in enumerate(questions):
-        if q.category in wanted:
+        if q.category in wanted and (max_chars is None or len(q.turns[0]) <= max_chars):
             by_category.setdefault(q.category, []).append(i)
     return [questions[i] for i in sorted(i for positions in by_category.values()
                                          for i in _pick(positions[skip:], limit, pick))]
@@ -99,13 +104,25 @@ def round_robin(questions: Sequence[Question]) -> list[Question]:
     return [qs[i] for i in range(rounds) for qs in by_category.values() if i < len(qs)]
 
 
-def load_questions(path: str | Path, categories: Sequence[str] | None = None,
-                   limit: int | None = None, pick: str = "first", skip: int = 0) -> list[Question]:
+def load_questions(path: str | Path, categories: Sequence[str] | None = None, limit: int | None = None,
+                   pick: str = "first", skip: int = 0, max_chars: int | None = None) -> list[Question]:
     path = Path(path)
     if not path.is_file():
         raise QuestionFileError(f"question file {path} does not exist: pass another --questions, or leave it out "
                                 f"for the shipped Spec-Bench file")
-    return select_questions(parse_questions(path.read_text().splitlines(), str(path)), categories, limit, pick, skip)
+    return select_questions(parse_questions(path.read_text().splitlines(), str(path)), categories, limit, pick, skip,
+                            max_chars)
+
+
+def heldout_turns(path: str | Path = SPEC_BENCH, skip: int = 4, take: int = 2, max_chars: int = 1500) -> list[str]:
+    """First turns of questions skip+1 .. skip+take of each category (among those whose first turn has at most
+    max_chars characters), in file order: not the benchmark's first `skip` of each category."""
+    return [q.turns[0] for q in load_questions(path, limit=take, skip=skip, max_chars=max_chars)]
+
+
+def all_turns(path: str | Path = SPEC_BENCH) -> list[str]:
+    """Every turn of every question (what training data must not repeat)."""
+    return [turn for q in load_questions(path) for turn in q.turns]
 
 
 # A handful of built-in questions for `mtpedge bench --quick` when no question file is given (CI smoke tests):

@@ -20,13 +20,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mtpedge.bench.questions import SPEC_BENCH
+from mtpedge.bench.questions import heldout_turns
 from mtpedge.export.dmtd_bundle import resolve_dmtd
 from mtpedge.export.quality import HELD_TEXT
 from mtpedge.models.dmtd_eval import evaluate
 from mtpedge.models.dmtd_train import load_dmtd
 from mtpedge.models.loading import load_model
-from mtpedge.models.mtp_eval import heldout_questions, make_heldout
+from mtpedge.models.mtp_eval import make_heldout
 
 
 def main() -> None:
@@ -39,7 +39,7 @@ def main() -> None:
     started = time.perf_counter()
     loaded = load_model(None)
     model, state = load_dmtd(resolve_dmtd(args.checkpoint), loaded)
-    heldout = make_heldout(loaded, heldout_questions(SPEC_BENCH), 128)
+    heldout = make_heldout(loaded, heldout_turns(), 128)
     held = np.asarray(loaded.tokenizer(HELD_TEXT, add_special_tokens=False)["input_ids"][:512], np.int64)
     figures = evaluate(loaded.decoder.eval(), model, heldout, held)
     doc = {"checkpoint": str(args.checkpoint), "config": state["config"], "step": state["step"],

@@ -20,13 +20,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from mtpedge.bench.questions import SPEC_BENCH, heldout_turns
 from mtpedge.export.quality import HELD_TEXT
 from mtpedge.models.checkpoint import read_checkpoint
 from mtpedge.models.dmtd import DmtdConfig, DmtdModel, run_causal
 from mtpedge.models.dmtd_eval import evaluate
 from mtpedge.models.dmtd_train import DistillStream, TrainSettings, train_dmtd
 from mtpedge.models.loading import load_model
-from mtpedge.models.mtp_eval import HeldOut, heldout_questions, make_heldout
+from mtpedge.models.mtp_eval import HeldOut, make_heldout
 
 
 def parse_config(text: str, alpha_per_rank: float) -> DmtdConfig:
@@ -60,7 +61,7 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--alpha-per-rank", type=float, default=1.0)
     parser.add_argument("--eval-every", type=int, default=200)
-    parser.add_argument("--questions", default="bench/data/spec_bench/question.jsonl")
+    parser.add_argument("--questions", default=str(SPEC_BENCH))
     parser.add_argument("--work", default="runs/sweep")
     parser.add_argument("--out", required=True)
     parser.add_argument("--threads", type=int, default=1)
@@ -74,7 +75,7 @@ def main() -> None:
     if cache.is_file():
         heldout = HeldOut.load(cache)
     else:
-        heldout = make_heldout(loaded, heldout_questions(args.questions), 128)
+        heldout = make_heldout(loaded, heldout_turns(args.questions), 128)
         heldout.save(cache)
     held = np.asarray(loaded.tokenizer(HELD_TEXT, add_special_tokens=False)["input_ids"][:512], np.int64)
     configs = [parse_config(c, args.alpha_per_rank) for c in args.configs.split(",")]

@@ -21,11 +21,11 @@ from pathlib import Path
 import torch
 
 from mtpedge.models.loading import load_model
-from mtpedge.models.mtp_eval import HeldOut, heldout_questions, heldout_tau, make_heldout
+from mtpedge.models.mtp_eval import HeldOut, heldout_tau, make_heldout
 from mtpedge.models.mtp_training import adapter_from_checkpoint, load_checkpoint
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from mtpedge.bench.questions import SPEC_BENCH  # noqa: E402
+from mtpedge.bench.questions import heldout_turns  # noqa: E402
 
 
 def main() -> None:
@@ -44,7 +44,7 @@ def main() -> None:
         heldout = HeldOut.load(path)
     else:
         started = time.perf_counter()
-        heldout = make_heldout(loaded, heldout_questions(SPEC_BENCH), args.tokens)
+        heldout = make_heldout(loaded, heldout_turns(), args.tokens)
         path.parent.mkdir(parents=True, exist_ok=True)
         heldout.save(path)
         print(f"held-out answers made in {time.perf_counter() - started:.0f} s -> {path}", file=sys.stderr)

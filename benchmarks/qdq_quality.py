@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from mtpedge.bench.questions import SPEC_BENCH, load_questions, select_questions  # noqa: E402
+from mtpedge.bench.questions import SPEC_BENCH, load_questions  # noqa: E402
 from mtpedge.export.quality import HELD_TEXT, perplexity, sequence_logits  # noqa: E402
 from mtpedge.runtime.drafters import make_drafter  # noqa: E402
 from mtpedge.runtime.engine import Engine  # noqa: E402
@@ -40,8 +40,7 @@ DEFAULT_DRAFTER = "hybrid"
 
 
 def spec_prompts(per_category: int, max_chars: int = 600) -> list[str]:
-    short = [q for q in load_questions(SPEC_BENCH) if len(q.turns[0]) <= max_chars]
-    return [q.turns[0] for q in select_questions(short, limit=per_category)]
+    return [q.turns[0] for q in load_questions(SPEC_BENCH, limit=per_category, max_chars=max_chars)]
 
 
 def compare(ref: np.ndarray, quant: np.ndarray, ids: list[int]) -> dict:

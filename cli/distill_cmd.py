@@ -36,6 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from mtpedge.bench.questions import all_turns
     from mtpedge.models.device import resolve_device
     from mtpedge.models.distill_batch import GenerationConfig
     from mtpedge.models.distill_prompts import SpecBenchFilter
@@ -44,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
 
     device = resolve_device(args.device)
     torch.set_num_threads(args.threads)
-    spec_filter = SpecBenchFilter.from_question_file(args.exclude_questions) if args.exclude_questions else None
+    spec_filter = SpecBenchFilter(all_turns(args.exclude_questions)) if args.exclude_questions else None
     plan = DistillPlan(seed=args.seed)
     if args.scale != 1.0:
         plan = plan.scaled(args.scale)

@@ -91,14 +91,15 @@ def heldout_evaluation(questions: str, loaded, out: Path, device: str):
     """evaluate(model) -> held-out figures (models/dmtd_eval.py); the base's answers are made once and cached."""
     import numpy as np
 
+    from mtpedge.bench.questions import heldout_turns
     from mtpedge.export.quality import HELD_TEXT
     from mtpedge.models.dmtd_eval import evaluate
-    from mtpedge.models.mtp_eval import HeldOut, heldout_questions, make_heldout
+    from mtpedge.models.mtp_eval import HeldOut, make_heldout
 
     cache = out / "heldout.npz"
     heldout = HeldOut.load(cache) if cache.is_file() else None
     if heldout is None:
-        heldout = make_heldout(loaded, heldout_questions(questions), 128, device=device)
+        heldout = make_heldout(loaded, heldout_turns(questions), 128, device=device)
         out.mkdir(parents=True, exist_ok=True)
         heldout.save(cache)
     held = np.asarray(loaded.tokenizer(HELD_TEXT, add_special_tokens=False)["input_ids"][:512], dtype=np.int64)

@@ -111,9 +111,10 @@ def run(args: argparse.Namespace) -> int:
 
 def heldout_evaluation(args: argparse.Namespace, loaded, out: Path, device: str):
     """evaluate(adapter) on the held-out questions; their greedy answers are made once, kept beside --out."""
-    from mtpedge.models.mtp_eval import HeldOut, heldout_questions, heldout_tau, make_heldout
+    from mtpedge.bench.questions import heldout_turns
+    from mtpedge.models.mtp_eval import HeldOut, heldout_tau, make_heldout
 
-    questions = heldout_questions(args.heldout_questions)
+    questions = heldout_turns(args.heldout_questions)
     cache = out.with_name(out.name + ".heldout.npz")
     heldout = HeldOut.load(cache) if cache.is_file() else None
     prompts = [loaded.tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,

@@ -168,7 +168,7 @@ def calibration_stream(src: Path, config: QdqConfig, say: Callable[[str], None])
     if config.calibration == "texts":
         tokenizer = Engine.load(src).tokenizer
         return [t for text in CALIBRATION_TEXTS for t in tokenizer.encode(text)]
-    from mtpedge.models.distill_data import prompt_set
+    from mtpedge.models.distill_prompts import prompt_set
 
     started = time.perf_counter()
     engine, stream = Engine.load(src), []

@@ -28,54 +28,6 @@ from mtpedge.runtime.generate import generate
 
 log = logging.getLogger(__name__)
 
-# the first data set's catalogue (192 samples); the batched run draws from `distill_prompts`
-TASKS = (
-    "Explain {topic} to a curious twelve-year-old.",
-    "Write a short poem about {topic}.",
-    "List five interesting facts about {topic}.",
-    "What are the main advantages and disadvantages of {topic}?",
-    "Write a Python function related to {topic}, with a docstring and a usage example.",
-    "Summarize the history of {topic} in one paragraph.",
-    "Give me three practical tips for someone getting started with {topic}.",
-    "Write a short story in which {topic} plays an important role.",
-    "What are common misconceptions about {topic}?",
-    "Compare {topic} with something similar and explain the differences.",
-    "Write an email to a friend recommending they learn about {topic}.",
-    "Describe a typical day for a person who works with {topic}.",
-    "Create a quiz with four questions about {topic} and give the answers.",
-    "Explain step by step how {topic} works.",
-    "Why does {topic} matter for the future?",
-    "Write a product description for a gadget inspired by {topic}.",
-)
-
-TOPICS = (
-    "photosynthesis", "volcanoes", "the stock market", "machine learning", "bread baking", "chess",
-    "the water cycle", "electric cars", "honeybees", "the Roman Empire", "black holes", "recycling",
-    "sourdough starters", "sorting algorithms", "the human heart", "jazz music", "gardening",
-    "solar panels", "the French Revolution", "marathon training", "coral reefs", "cryptography",
-    "public libraries", "coffee", "earthquakes", "the internet", "vaccines", "origami", "rainforests",
-    "prime numbers", "bicycles", "the moon landing", "meditation", "sharks", "climate change",
-    "spreadsheets", "the printing press", "tea ceremonies", "wind turbines", "dinosaurs", "budgeting",
-    "linked lists", "the immune system", "mountain climbing", "renewable energy", "the Silk Road",
-    "octopuses", "compound interest", "video games", "glaciers", "recursion", "penguins", "democracy",
-    "3D printing", "sleep", "the periodic table", "ancient Egypt", "rainbows", "SQL databases", "kites",
-)
-
-
-def prompt_set(count: int) -> list[str]:
-    """`count` distinct prompts: topic-major walk over TASKS x TOPICS with a stride, so neighbours differ."""
-    total = len(TASKS) * len(TOPICS)
-    if not 1 <= count <= total:
-        raise ValueError(f"prompt count must be between 1 and {total}, got {count}")
-    stride = 7  # coprime with len(TASKS) = 16: consecutive prompts use different task templates
-    prompts = []
-    for i in range(count):
-        topic = TOPICS[i % len(TOPICS)]
-        task = TASKS[(i // len(TOPICS) + stride * i) % len(TASKS)]
-        prompts.append(task.format(topic=topic))
-    return prompts
-
-
 @dataclass(frozen=True)
 class DistillSample:
     prompt_ids: np.ndarray  # int64, the chat-templated prompt

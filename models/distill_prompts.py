@@ -13,10 +13,8 @@ shares a run of eight words with one.
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Iterable
-from pathlib import Path
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -214,6 +212,21 @@ DOCUMENT_TASKS = (
 )
 
 
+FIRST_TASKS, FIRST_TOPICS = 16, 60  # the first data set's catalogue: TASKS[:16] x TOPICS[:60]
+
+
+def prompt_set(count: int) -> list[str]:
+    """`count` distinct prompts of the first catalogue (the QDQ recipe's calibration prompts): a topic-major walk
+    over its tasks x topics with a stride, so neighbours differ."""
+    tasks, topics = TASKS[:FIRST_TASKS], TOPICS[:FIRST_TOPICS]
+    total = len(tasks) * len(topics)
+    if not 1 <= count <= total:
+        raise ValueError(f"prompt count must be between 1 and {total}, got {count}")
+    stride = 7  # coprime with len(tasks) = 16: consecutive prompts use different task templates
+    return [tasks[(i // len(topics) + stride * i) % len(tasks)].format(topic=topics[i % len(topics)])
+            for i in range(count)]
+
+
 def _numbered_walk(templates: tuple[str, ...], fills: tuple[str, ...], key: str, count: int) -> list[str]:
     """`count` distinct template x fill prompts: round r gives every fill one template, fill f's template being
     (7 f + r) mod T, so neighbours differ and no fill meets the same template twice within T rounds."""
@@ -251,6 +264,18 @@ def translation_prompts(count: int) -> list[str]:
     return [pairs[i] for i in order[:count]]
 
 
+def _distinct(draw: Callable[[], str], count: int) -> list[str]:
+    """The first `count` distinct prompts that `draw` (a seeded generator) gives, in the order drawn."""
+    out: list[str] = []
+    seen: set[str] = set()
+    while len(out) < count:
+        prompt = draw()
+        if prompt not in seen:
+            seen.add(prompt)
+            out.append(prompt)
+    return out
+
+
 def math_prompts(count: int, seed: int = 0) -> list[str]:
     """Word problems with seeded random numbers (distinct)."""
     rng = np.random.default_rng([seed, 1])
@@ -280,14 +305,7 @@ def math_prompts(count: int, seed: int = 0) -> list[str]:
         )
         return forms[int(rng.integers(len(forms)))]
 
-    out: list[str] = []
-    seen: set[str] = set()
-    while len(out) < count:
-        prompt = one()
-        if prompt not in seen:
-            seen.add(prompt)
-            out.append(prompt)
-    return out
+    return _distinct(one, count)
 
 
 def puzzle_prompts(count: int, seed: int = 0) -> list[str]:
@@ -318,14 +336,7 @@ def puzzle_prompts(count: int, seed: int = 0) -> list[str]:
         )
         return forms[int(rng.integers(len(forms)))]
 
-    out: list[str] = []
-    seen: set[str] = set()
-    while len(out) < count:
-        prompt = one()
-        if prompt not in seen:
-            seen.add(prompt)
-            out.append(prompt)
-    return out
+    return _distinct(one, count)
 
 
 _NUMBERED = re.compile(r"^\s*(?:\d{1,2}[.)]|[-*•])\s+(.*\S)\s*$")
@@ -356,20 +367,13 @@ def _words(text: str) -> list[str]:
 
 
 class SpecBenchFilter:
-    """Refuses prompts that repeat a Spec-Bench turn or share a run of `ngram` consecutive words with one."""
+    """Refuses prompts that repeat a Spec-Bench turn or share a run of `ngram` consecutive words with one
+    (the turns: bench.questions.all_turns; the question file is bench's)."""
 
     def __init__(self, turns: Iterable[str], ngram: int = 8) -> None:
         self.ngram = ngram
         self.exact = {" ".join(_words(t)) for t in turns}
         self.grams = {g for t in self.exact for g in self._grams(t.split())}
-
-    @classmethod
-    def from_question_file(cls, path: str | Path, ngram: int = 8) -> SpecBenchFilter:
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"Spec-Bench question file {path} not found: pass the path of question.jsonl")
-        turns = [t for line in path.read_text().splitlines() if line.strip() for t in json.loads(line)["turns"]]
-        return cls(turns, ngram)
 
     def _grams(self, words: list[str]) -> set[tuple[str, ...]]:
         return {tuple(words[i:i + self.ngram]) for i in range(len(words) - self.ngram + 1)}

@@ -3,7 +3,8 @@
 Training loss and training top-1 kept rising while held-out τ stalled (issue 16: the 27.7k-token adapter
 memorised), so k, rank and the sampler head's form are chosen here, on questions the training never saw
 and the benchmark does not use: by default Spec-Bench questions 5-6 of each category (the benchmark takes
-the first 4 of each; same 1,500-character limit on the first turn).
+the first 4 of each; same 1,500-character limit on the first turn), chosen by bench.questions.heldout_turns
+(the question file is bench's: this module takes the prompts' text).
 
 The reference is the base model's own greedy answer, which lossless decoding reproduces whatever the
 drafts. For the chain layouts τ then follows from ONE teacher-forced pass: decoding step by step, the masks
@@ -27,7 +28,6 @@ Reported per evaluation:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,26 +39,6 @@ from mtpedge.runtime.rope import inverse_frequencies, rope_tables
 from .distill_batch import BatchedGenerator, GenerationConfig, Request
 from .mtp_adapter import MtpAdapter
 from .mtp_layout import IGNORE, causal_bias, mask_block_layout
-
-
-def heldout_questions(path: str | Path, skip: int = 4, take: int = 2, max_chars: int = 1500) -> list[str]:
-    """First turns of questions skip+1 .. skip+take of each category (among those whose first turn has at most
-    max_chars characters), in file order: not the benchmark's first `skip` of each category."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"question file {path} not found: pass Spec-Bench's question.jsonl")
-    seen: dict[str, int] = {}
-    out = []
-    for line in path.read_text().splitlines():
-        if not line.strip():
-            continue
-        q = json.loads(line)
-        if len(q["turns"][0]) > max_chars:
-            continue
-        n = seen[q["category"]] = seen.get(q["category"], 0) + 1
-        if skip < n <= skip + take:
-            out.append(q["turns"][0])
-    return out
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from mtpedge.bench.questions import SPEC_BENCH, Question, load_questions, select_questions
+from mtpedge.bench.questions import SPEC_BENCH, Question, load_questions
 
 
 def short_questions(per_category: int, max_chars: int = 1500) -> list[Question]:
     """The first `per_category` questions of every category among those whose first turn is at most max_chars long."""
-    short = [q for q in load_questions(SPEC_BENCH) if len(q.turns[0]) <= max_chars]
-    return select_questions(short, limit=per_category)
+    return load_questions(SPEC_BENCH, limit=per_category, max_chars=max_chars)

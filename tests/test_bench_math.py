@@ -6,7 +6,16 @@ import pytest
 
 from mtpedge.bench.aggregate import OVERALL, acceptance_by_depth, summarize, tau
 from mtpedge.bench.methods import MethodRun
-from mtpedge.bench.questions import Question, QuestionFileError, parse_questions, round_robin, select_questions
+from mtpedge.bench.questions import (
+    SPEC_BENCH,
+    Question,
+    QuestionFileError,
+    heldout_turns,
+    load_questions,
+    parse_questions,
+    round_robin,
+    select_questions,
+)
 from mtpedge.bench.roofline import CallCost, Ceilings, call_cost, matmul_weights
 from mtpedge.bench.runner import Row, first_difference, run_questions
 from mtpedge.bench.suite import resolve_methods
@@ -48,6 +57,22 @@ def test_select_questions_limits_per_category_in_file_order():
         select_questions(questions, ["poetry"])
     with pytest.raises(QuestionFileError, match="--limit must be at least 1"):
         select_questions(questions, limit=0)
+
+
+def test_max_chars_leaves_out_long_first_turns_before_skip_and_limit():
+    lines = [f'{{"question_id": {i}, "category": "w", "turns": ["{"x" * (5 if i % 2 else 50)}", "long second turn"]}}'
+             for i in range(6)]
+    questions = parse_questions(lines)
+    assert [q.question_id for q in select_questions(questions, max_chars=10)] == [1, 3, 5]
+    assert [q.question_id for q in select_questions(questions, limit=1, skip=1, max_chars=10)] == [3]
+
+
+def test_the_held_out_questions_are_not_the_benchmarks():
+    held = heldout_turns()
+    bench = [q.turns[0] for q in load_questions(SPEC_BENCH, limit=4, max_chars=1500)]
+    assert len(held) == len(set(held)) >= 20  # two per category where a category has six short enough
+    assert not set(held) & set(bench)
+    assert heldout_turns(skip=0, take=4) == bench
 
 
 def test_spread_picks_evenly_over_each_category_and_between_picks_none_of_spreads():

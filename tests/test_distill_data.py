@@ -5,16 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mtpedge.bench.questions import SPEC_BENCH, load_questions
+from mtpedge.bench.questions import all_turns
 from mtpedge.models.distill_data import (
     DistillSample,
     build_distill_file,
     load_distill_data,
     load_distill_prompts,
     make_distill_data,
-    prompt_set,
     save_distill_data,
 )
+from mtpedge.models.distill_prompts import prompt_set
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import generate
 
@@ -28,7 +28,7 @@ def test_prompt_set_is_distinct_and_bounded():
 
 
 def test_prompts_are_not_spec_bench_questions():
-    turns = {turn.strip() for q in load_questions(SPEC_BENCH) for turn in q.turns}
+    turns = {turn.strip() for turn in all_turns()}
     assert not turns & set(prompt_set(960))
 
 

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
-from mtpedge.bench.questions import SPEC_BENCH
+from mtpedge.bench.questions import all_turns
 from mtpedge.models import distill_prompts as catalogue
 from mtpedge.models.distill_data import DistillSample
 from mtpedge.models.distill_run import Conversation, DistillPlan, StageData, plan_stage
@@ -15,7 +13,7 @@ from mtpedge.models.distill_run import Conversation, DistillPlan, StageData, pla
 
 @pytest.fixture(scope="module")
 def spec_filter():
-    return catalogue.SpecBenchFilter.from_question_file(SPEC_BENCH)
+    return catalogue.SpecBenchFilter(all_turns())
 
 
 def test_the_default_plan_asks_enough_distinct_prompts():
@@ -40,7 +38,7 @@ def test_no_catalogue_prompt_comes_from_spec_bench(spec_filter):
 
 
 def test_the_filter_catches_spec_bench_turns_and_long_shared_runs(spec_filter):
-    turns = [t for line in SPEC_BENCH.read_text().splitlines() for t in json.loads(line)["turns"]]
+    turns = all_turns()
     assert all(spec_filter.overlaps(t) for t in turns[::25])
     assert spec_filter.overlaps(turns[0].upper() + "  ")  # case and spacing do not hide a repeat
     words = turns[0].split()

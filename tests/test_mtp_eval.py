@@ -7,18 +7,16 @@ import numpy as np
 import pytest
 import torch
 
-from mtpedge.bench.questions import SPEC_BENCH
 from mtpedge.export.bundle_writer import ExportConfig, export_bundle
 from mtpedge.models.distill_data import DistillSample
 from mtpedge.models.loading import load_model
 from mtpedge.models.mtp_adapter import MtpAdapter, MtpConfig, PaperSamplerHead
-from mtpedge.models.mtp_eval import HeldOut, heldout_questions, heldout_tau, make_heldout, simulate_calls
+from mtpedge.models.mtp_eval import HeldOut, heldout_tau, make_heldout, simulate_calls
 from mtpedge.models.mtp_training import TrainConfig, load_checkpoint, soft_cross_entropy, train
 from mtpedge.runtime.drafters import make_drafter
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import generate
 from tests.conftest import TINY_CONTEXT, TINY_DECODE_WIDTHS, TINY_PREFILL
-from tests.spec_bench import short_questions
 
 PROMPTS = [[1, 5, 9, 2], [7, 7, 7, 7, 7, 7], [3, 14, 15, 92, 65, 35, 89], [42, 43], [11, 12, 13, 14, 15, 16, 17]]
 ANSWER = 30
@@ -74,14 +72,6 @@ def test_heldout_tau_equals_the_runtimes_quadratic_tau(trained):
     assert result["tau_plain"] == pytest.approx(runtime_tau(engine, heldout, sampler=False), abs=1e-3)
     assert result["tau_top4"] >= result["tau_chain_full"]
     assert all(0 <= result[f"acc_m{j}"] <= 1 for j in (1, 2, 3))
-
-
-def test_heldout_questions_are_not_the_benchmarks():
-    held = heldout_questions(SPEC_BENCH)
-    bench = [q.turns[0] for q in short_questions(per_category=4)]
-    assert len(held) == len(set(held)) >= 20  # two per category where a category has six short enough
-    assert not set(held) & set(bench)
-    assert set(heldout_questions(SPEC_BENCH, skip=0, take=4)) == set(bench)
 
 
 def test_make_heldout_answers_greedily(tiny_model_dir, tiny_bundle):
