@@ -31,6 +31,7 @@ from .distill_data import DistillSample, load_distill_data
 from .dmtd import DmtdConfig, DmtdModel, dmtd_hidden, draft_windows, tapped_states
 from .loading import LoadedModel
 from .mtp_training import sample_tokens, soft_cross_entropy
+from .schedule import learning_rate
 
 log = logging.getLogger(__name__)
 
@@ -66,14 +67,6 @@ class TrainSettings:
     @classmethod
     def from_dict(cls, data: dict) -> TrainSettings:
         return cls(**{**data, "model": DmtdConfig(**data["model"]), "taus": tuple(data["taus"])})
-
-
-def learning_rate(settings: TrainSettings, step: int) -> float:
-    """Linear warm-up, then cosine decay to a tenth."""
-    if step < settings.warmup:
-        return settings.lr * (step + 1) / settings.warmup
-    progress = (step - settings.warmup) / max(1, settings.steps - settings.warmup)
-    return settings.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
 class DistillStream:
@@ -142,10 +135,12 @@ def gated_loss(decoder: Decoder, model: DmtdModel, tokens: np.ndarray, prompt_le
 
 def save_checkpoint(path: Path, model: DmtdModel, optimizer, step: int, settings: TrainSettings,
                     loaded: LoadedModel, history: list, heldout: list, data_tokens: int,
-                    frequent_tokens: np.ndarray) -> None:
-    """frequent_tokens: the training answers' tokens, most frequent first (the export's drafting shortlist)."""
+                    frequent_tokens: np.ndarray, lr_horizon: int) -> None:
+    """frequent_tokens: the training answers' tokens, most frequent first (the export's drafting shortlist);
+    lr_horizon: the schedule's horizon, the --steps of the run's first session (kept on resume)."""
     write_checkpoint({"kind": "dmtd", "dmtd": model.trainable_state(), "config": model.config.to_dict(),
                       "optimizer": optimizer.state_dict() if optimizer is not None else None, "step": step,
+                      "lr_horizon": lr_horizon,
                       "settings": settings.to_dict(), "base_sha256": loaded.source_sha256, "base_name": loaded.name,
                       "history": history, "heldout": heldout, "data_tokens": data_tokens,
                       "frequent_tokens": torch.from_numpy(np.asarray(frequent_tokens, dtype=np.int32))}, path)
@@ -182,6 +177,57 @@ def _freeze(decoder: Decoder) -> Decoder:
     return decoder
 
 
+@dataclass
+class _Run:
+    """What a checkpoint carries from one session of a run to the next."""
+
+    model: DmtdModel
+    lr_horizon: int  # the first session's --steps: a resumed run, even a longer one, keeps its schedule
+    optimizer_state: dict | None = None
+    step: int = 0
+    history: list = field(default_factory=list)
+    heldout: list = field(default_factory=list)
+
+
+def _start_or_resume(loaded: LoadedModel, ckpt: Path, settings: TrainSettings, resume: bool,
+                     say: Callable[[str], None]) -> _Run:
+    if not ckpt.is_file():
+        model = DmtdModel(loaded.decoder, settings.model, settings.seed).to(loaded.decoder.lm_head.weight.device)
+        return _Run(model, settings.steps)
+    if not resume:
+        raise ValueError(f"{ckpt} exists: pass --resume to continue it, or another --out")
+    model, state = load_dmtd(ckpt, loaded)
+    started_with = TrainSettings.from_dict(state["settings"])
+    if started_with.model != settings.model:
+        raise ValueError(f"{ckpt} was trained with {state['config']}, not {settings.model.to_dict()}: resume "
+                         "with the same --decoding-layers / --thinking-layers / --rank, or use another --out")
+    say(f"resumed from {ckpt} at step {state['step']}")
+    return _Run(model, int(state.get("lr_horizon", started_with.steps)), state["optimizer"], int(state["step"]),
+                list(state["history"]), list(state.get("heldout", [])))
+
+
+def _draw(stream: DistillStream, settings: TrainSettings, step: int) -> tuple[np.ndarray, int, DistillSample, int, int]:
+    """Step `step`'s sequence, τ and cycle anchor: drawn from (seed, step), so a resumed run draws the same
+    without saving a random state."""
+    rng = np.random.default_rng([settings.seed, step])
+    tokens, prompt_len, sample = stream.sequence(int(rng.integers(len(stream.samples))))
+    tau = int(settings.taus[int(rng.integers(len(settings.taus)))])
+    anchor = min(prompt_len - 1 + int(rng.integers(tau)), tokens.size - 2)
+    return tokens, prompt_len, sample, tau, anchor
+
+
+def _optimise(loss: torch.Tensor, optimizer: torch.optim.Optimizer, params: list, step: int) -> float:
+    """One AdamW step on `loss` (gradients clipped to norm 1); the loss's value."""
+    value = float(loss.detach())
+    if not math.isfinite(value):
+        raise FloatingPointError(f"non-finite loss at step {step}: lower --lr")
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    optimizer.step()
+    return value
+
+
 def train_dmtd(loaded: LoadedModel, data: Path, out_dir: Path, settings: TrainSettings, resume: bool = False,
                progress: Callable[[str], None] | None = None, stop_at: int | None = None,
                evaluate: Callable[[DmtdModel], dict] | None = None) -> Path:
@@ -194,23 +240,12 @@ def train_dmtd(loaded: LoadedModel, data: Path, out_dir: Path, settings: TrainSe
     out_dir.mkdir(parents=True, exist_ok=True)
     ckpt = out_dir / CHECKPOINT
     decoder = _freeze(loaded.decoder)
-    device = decoder.lm_head.weight.device
-    model = DmtdModel(decoder, settings.model, settings.seed).to(device)
-    step, history, heldout = 0, [], []
-    state = None
-    if resume and ckpt.is_file():
-        model, state = load_dmtd(ckpt, loaded)
-        if TrainSettings.from_dict(state["settings"]).model != settings.model:
-            raise ValueError(f"{ckpt} was trained with {state['config']}, not {settings.model.to_dict()}: resume "
-                             "with the same --decoding-layers / --thinking-layers / --rank, or use another --out")
-        step, history, heldout = int(state["step"]), list(state["history"]), list(state.get("heldout", []))
-        say(f"resumed from {ckpt} at step {step}")
-    elif ckpt.is_file():
-        raise ValueError(f"{ckpt} exists: pass --resume to continue it, or another --out")
+    run = _start_or_resume(loaded, ckpt, settings, resume, say)
+    model, step = run.model, run.step
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=settings.lr, weight_decay=settings.weight_decay)
-    if state is not None:
-        optimizer.load_state_dict(state["optimizer"])
+    if run.optimizer_state is not None:
+        optimizer.load_state_dict(run.optimizer_state)
     model.train()
     stream = DistillStream(Path(data), decoder, model.tap, settings.max_len, settings.cache_gb)
     cfg = settings.model
@@ -220,37 +255,31 @@ def train_dmtd(loaded: LoadedModel, data: Path, out_dir: Path, settings: TrainSe
     started, tokens_done, steps_run, ema = time.perf_counter(), 0, 0, None
     last = settings.steps if stop_at is None else min(stop_at, settings.steps)
 
+    def rate(at: int) -> float:
+        return learning_rate(at, settings.lr, settings.warmup, run.lr_horizon)
+
     def save() -> None:
-        save_checkpoint(ckpt, model, optimizer, step, settings, loaded, history, heldout, stream.tokens,
-                        stream.frequent_tokens)
+        save_checkpoint(ckpt, model, optimizer, step, settings, loaded, run.history, run.heldout, stream.tokens,
+                        stream.frequent_tokens, run.lr_horizon)
 
     while step < last:
         if settings.reload_every and step % settings.reload_every == 0 and step and stream.refresh():
             say(f"step {step}: data now {len(stream.samples)} answers ({stream.tokens:,} tokens)")
-        rng = np.random.default_rng([settings.seed, step])  # reproducible across resumes without saving rng state
-        tokens, prompt_len, sample = stream.sequence(int(rng.integers(len(stream.samples))))
-        tau = int(settings.taus[int(rng.integers(len(settings.taus)))])
-        anchor = min(prompt_len - 1 + int(rng.integers(tau)), tokens.size - 2)
+        tokens, prompt_len, sample, tau, anchor = _draw(stream, settings, step)
         for group in optimizer.param_groups:
-            group["lr"] = learning_rate(settings, step)
+            group["lr"] = rate(step)
         loss = gated_loss(decoder, model, tokens, prompt_len, sample, stream.tapped(tokens), tau, anchor)
-        if not math.isfinite(float(loss.detach())):
-            raise FloatingPointError(f"non-finite loss at step {step}: lower --lr")
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
+        value = _optimise(loss, optimizer, params, step)
         step, steps_run, tokens_done = step + 1, steps_run + 1, tokens_done + tokens.size
-        value = float(loss.detach())
         ema = value if ema is None else 0.98 * ema + 0.02 * value
-        history.append([step, round(value, 4), tau])
+        run.history.append([step, round(value, 4), tau])
         if step % 10 == 0 or step == last:
             elapsed = time.perf_counter() - started
-            say(f"step {step}/{settings.steps} loss {ema:.3f} lr {learning_rate(settings, step):.1e} "
+            say(f"step {step}/{settings.steps} loss {ema:.3f} lr {rate(step):.1e} "
                 f"{tokens_done / elapsed:.0f} tok/s, ~{(last - step) * elapsed / steps_run / 60:.0f} min left")
         if evaluate is not None and settings.eval_every and (step % settings.eval_every == 0 or step == settings.steps):
             figures = {"step": step, **evaluate(model)}
-            heldout.append(figures)
+            run.heldout.append(figures)
             say("held-out " + " ".join(f"{k} {v}" for k, v in figures.items()))
         if step % settings.checkpoint_every == 0 or step == last:
             save()

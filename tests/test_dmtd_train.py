@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -108,6 +110,14 @@ def test_training_lowers_the_gated_loss_resume_is_exact_and_the_release_is_small
     assert state_a["step"] == state_b["step"] == 6
     for (name, a), (_, b) in zip(model_a.trainable_state().items(), model_b.trainable_state().items(), strict=True):
         assert torch.equal(a, b), name
+    # asked to go on longer when resumed, a run keeps the schedule it started with (issue 17 item 6)
+    train_dmtd(tiny_loaded, tiny_data, tmp_path / "d", settings, stop_at=3)
+    longer_resumed = train_dmtd(tiny_loaded, tiny_data, tmp_path / "d", dataclasses.replace(settings, steps=12),
+                                resume=True, stop_at=6)
+    model_d, state_d = load_dmtd(longer_resumed, tiny_loaded)
+    assert state_d["step"] == 6 and state_d["lr_horizon"] == 6
+    for (name, a), (_, d) in zip(model_a.trainable_state().items(), model_d.trainable_state().items(), strict=True):
+        assert torch.equal(a, d), name
     with pytest.raises(ValueError, match="--resume"):
         train_dmtd(tiny_loaded, tiny_data, tmp_path / "a", settings)
     other = TrainSettings(model=DmtdConfig(decoding_layers=2, thinking_layers=0, lora_rank=4), steps=8)
