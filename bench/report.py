@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 
 from .aggregate import OVERALL
 
 SCHEMA = "mtpedge-bench/1"
 REQUIRED_FIGURES = ("questions", "turns", "new_tokens", "decode_calls", "tau", "tokens_per_s", "speedup",
                     "same_as_baseline", "accepted_histogram")
+
+
+def emit_result(doc: dict, out: str | Path | None) -> None:
+    """A benchmark script's result: one JSON line on stdout, and the indented document in `out` when given."""
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(doc, indent=1) + "\n")
+    print(json.dumps(doc))
 
 
 def _fmt(value, spec: str = ".2f", none: str = "–") -> str:

@@ -14,14 +14,13 @@ last line is one JSON document.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
-from pathlib import Path
 
 import torch
 
+from mtpedge.bench.report import emit_result
 from mtpedge.bundles import ensure_bundle
 from mtpedge.models.distill_batch import BatchedGenerator, GenerationConfig, Request
 from mtpedge.models.distill_data import distill_one
@@ -92,10 +91,7 @@ def main() -> None:
         print(f"{name:40s} {rate:8.1f} {rate / base_rate:8.2f}x {same:>28d}/{len(reference)}")
     report = {"prompts": len(prompts), "max_new_tokens": n, "rounds": args.rounds, "threads": 1,
               "load_average": [round(x, 2) for x in load], "methods": rows}
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
-    print(json.dumps(report))
+    emit_result(report, args.out)
 
 
 if __name__ == "__main__":

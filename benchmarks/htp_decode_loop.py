@@ -25,6 +25,8 @@ import time
 
 import numpy as np
 
+from mtpedge.bench.report import emit_result
+
 PROMPTS = (
     "Explain how a bicycle works, step by step.",
     "Write a short story about a lighthouse keeper and a storm.",
@@ -95,11 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         "note": "HTP simulator on x86: a functional model, its seconds are not device latency",
         "load_average": os.getloadavg()[0], "seconds": round(time.perf_counter() - started, 1),
     }
-    text = json.dumps(report)
-    if args.out:
-        with open(args.out, "w") as handle:
-            handle.write(json.dumps(report, indent=1))
-    print(text)
+    emit_result(report, args.out)
     return 0 if report["identical"] == report["prompts"] else 1
 
 

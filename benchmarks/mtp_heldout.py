@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
 import sys
 import time
@@ -20,12 +19,11 @@ from pathlib import Path
 
 import torch
 
+from mtpedge.bench.questions import heldout_turns
+from mtpedge.bench.report import emit_result
 from mtpedge.models.loading import load_model
 from mtpedge.models.mtp_eval import HeldOut, heldout_tau, make_heldout
 from mtpedge.models.mtp_training import adapter_from_checkpoint, load_checkpoint
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from mtpedge.bench.questions import heldout_turns  # noqa: E402
 
 
 def main() -> None:
@@ -61,9 +59,7 @@ def main() -> None:
             f"{k} {v}" for k, v in result.items()), flush=True)
     report = {"questions": len(heldout.prompts), "budget": heldout.budget, "load_average": os.getloadavg()[0],
               "adapters": rows}
-    if args.out:
-        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
-    print(json.dumps(report))
+    emit_result(report, args.out)
 
 
 if __name__ == "__main__":

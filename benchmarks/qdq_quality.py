@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import sys
 import time
@@ -30,6 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mtpedge.bench.questions import SPEC_BENCH, load_questions  # noqa: E402
+from mtpedge.bench.report import emit_result  # noqa: E402
 from mtpedge.export.quality import HELD_TEXT, perplexity, sequence_logits  # noqa: E402
 from mtpedge.runtime.drafters import make_drafter  # noqa: E402
 from mtpedge.runtime.engine import Engine  # noqa: E402
@@ -107,9 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         report["tau_change"] = round(report["tau"] / report["tau_f32"] - 1, 4)
     report["load_average"] = os.getloadavg()[0]
     report["seconds"] = round(time.perf_counter() - started, 1)
-    if args.out:
-        Path(args.out).write_text(json.dumps(report, indent=1))
-    print(json.dumps(report))
+    emit_result(report, args.out)
     return 0
 
 

@@ -13,7 +13,6 @@ cannot (runtime/qnn.py).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -23,6 +22,7 @@ import numpy as np
 import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from mtpedge.bench.report import emit_result  # noqa: E402
 from mtpedge.export.qnn_compile import compile_qnn_bundle  # noqa: E402
 from mtpedge.runtime.bundle import read_manifest  # noqa: E402
 from mtpedge.runtime.engine import Engine  # noqa: E402
@@ -86,9 +86,7 @@ def main(argv: list[str] | None = None) -> int:
               "shared_binaries": sizes["shared"], "shared_bytes": sum(sizes["shared"].values()),
               "graphs_run_in_shared_context": checks, "load_average": os.getloadavg()[0],
               "seconds": round(time.perf_counter() - started, 1)}
-    if args.out:
-        Path(args.out).write_text(json.dumps(report, indent=1))
-    print(json.dumps(report))
+    emit_result(report, args.out)
     return 0
 
 

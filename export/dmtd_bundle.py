@@ -35,6 +35,7 @@ import torch
 from mtpedge.runtime.bundle import GraphEntry, read_manifest, write_manifest
 from mtpedge.runtime.contract import GraphShape, graph_name
 
+from ..models.checkpoint import shipped_or_path
 from ..models.dmtd import DecodingGraph, ThinkingGraph
 from ..models.dmtd_train import load_dmtd
 from ..models.loading import LoadedModel
@@ -67,12 +68,8 @@ class DmtdExportConfig:
 
 def resolve_dmtd(name: str) -> Path:
     """`default` names the shipped DMTD model; anything else is a checkpoint path."""
-    if name != "default":
-        return Path(name)
-    if not DEFAULT_DMTD.is_file():
-        raise FileNotFoundError(f"this installation has no shipped DMTD model ({DEFAULT_DMTD}): train one with "
-                                "`mtpedge train-dmtd` and export it with --export-bundle")
-    return DEFAULT_DMTD
+    return shipped_or_path(name, DEFAULT_DMTD, "DMTD model",
+                           "train one with `mtpedge train-dmtd` and export it with --export-bundle")
 
 
 def export_dmtd_bundle(loaded: LoadedModel, checkpoint: Path, out_dir: Path, config: DmtdExportConfig | None = None,

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..models.checkpoint import shipped_or_path
 from ..models.loading import LoadedModel
 from ..models.mtp_adapter import AdapterGraphModule, MtpAdapter
 from ..models.mtp_training import adapter_from_checkpoint, load_checkpoint
@@ -39,12 +40,8 @@ UNEMBED_FILE = "mtp_unembed.npy"
 
 def resolve_adapter(name: str) -> Path:
     """`default` names the shipped adapter; anything else is a checkpoint path."""
-    if name != "default":
-        return Path(name)
-    if not DEFAULT_ADAPTER.is_file():
-        raise FileNotFoundError(f"this installation has no shipped adapter ({DEFAULT_ADAPTER}): train one with "
-                                "`mtpedge train-mtp` and pass its path to --mtp-adapter")
-    return DEFAULT_ADAPTER
+    return shipped_or_path(name, DEFAULT_ADAPTER, "adapter",
+                           "train one with `mtpedge train-mtp` and pass its path to --mtp-adapter")
 
 
 @dataclass

@@ -20,6 +20,16 @@ class CheckpointError(ValueError):
     """A checkpoint file that is missing, corrupt, hostile or of another kind; the message says what to do."""
 
 
+def shipped_or_path(name: str, shipped: Path, what: str, how_to_make: str) -> Path:
+    """`default` names the `shipped` file (a FileNotFoundError saying `how_to_make` one where this installation
+    has none); anything else is a checkpoint path."""
+    if name != "default":
+        return Path(name)
+    if not shipped.is_file():
+        raise FileNotFoundError(f"this installation has no shipped {what} ({shipped}): {how_to_make}")
+    return shipped
+
+
 def read_checkpoint(path: str | Path, kind: str, make_hint: str) -> dict[str, Any]:
     """The payload dict of a checkpoint; `kind` names what it should be, `make_hint` how to make one."""
     path = Path(path)
