@@ -109,6 +109,36 @@ class GenerationResult:
     stats: GenerationStats
 
 
+@dataclass
+class _Output:
+    """What a run has emitted: the new tokens, cut at a stop token or the limit (the reason goes into the stats),
+    appended to the context the drafter reads and streamed to on_tokens."""
+
+    context: list[int]  # the prompt, then every emitted token
+    stops: set[int]
+    limit: int
+    stats: GenerationStats
+    on_tokens: Callable[[list[int]], None] | None
+    new: list[int] = field(default_factory=list)
+
+    def emit(self, tokens: list[int]) -> bool:
+        """Append tokens up to a stop token or the limit; True when generation is finished."""
+        kept = []
+        for token in tokens:
+            if token in self.stops:
+                self.stats.finish_reason = "stop"
+                break
+            kept.append(token)
+            if len(self.new) + len(kept) >= self.limit:
+                self.stats.finish_reason = "length"
+                break
+        self.new.extend(kept)
+        self.context.extend(kept)
+        if kept and self.on_tokens:
+            self.on_tokens(kept)
+        return bool(self.stats.finish_reason)
+
+
 # numpy's multi-threaded BLAS spins idle threads after the host's small products (the mtp sampler head: a few
 # (m, 1152) x (1152, 576)) that take the cores from onnxruntime: on 2 cores, mtp tree host time 32 -> 6 ms per step
 # and graph calls 7-13% faster with one BLAS thread (benchmarks/results/mtp/speed-13q-blas1.log). Limited for the
@@ -132,55 +162,21 @@ def generate(
     should_stop is polled between steps (cancellation). A lossy drafter (`drafter.lossy`) has its tree verified
     against its own logits instead of the model's: its tokens are emitted as drafted (see LOSSY_WARNING).
     """
-    if on_overflow not in OVERFLOW_POLICIES:
-        raise ValueError(f"on_overflow must be one of {OVERFLOW_POLICIES}, got {on_overflow!r}")
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     sampler = Sampler(sampling or SamplingConfig())
+    _check_request(engine, prompt_ids, max_new_tokens, sampler, drafter, on_overflow)
     lossy = bool(drafter and drafter.lossy)
-    if lossy and not sampler.config.greedy:
-        raise ValueError(f"{drafter.name} is lossy and decodes greedily only: drop the temperature, or use a "
-                         "lossless drafter")
     stops = engine.stop_token_ids if stop_token_ids is None else set(stop_token_ids)
     stats = GenerationStats(prompt_tokens=len(prompt_ids), drafter=drafter.name if drafter else "none",
                             drafter_settings=dict(drafter.settings) if drafter else {}, lossless=not lossy)
-    if len(prompt_ids) >= engine.context:
-        raise ContextOverflowError(
-            f"the prompt has {len(prompt_ids)} tokens but the bundle's context is {engine.context} "
-            "(room is needed for at least one new token): shorten the prompt or export with a larger --context"
-        )
     started = time.perf_counter()
     graph0, calls0 = engine.graph_seconds, engine.graph_calls
-    engine.reset()
-    if drafter:
-        drafter.start(engine, prompt_ids)
-    for out in engine.prefill_chunks(prompt_ids):
-        if drafter:
-            drafter.observe_prefill(out)
+    out = _prefill(engine, prompt_ids, drafter)
     # the logits a tree is verified against: the model's, or a lossy drafter's own
     judge: Callable[[GraphOutput], np.ndarray] = drafter.own_logits if lossy else lambda graph_out: graph_out.logits
     stats.prefill_calls = engine.graph_calls - calls0
     stats.prefill_seconds = time.perf_counter() - started
-    context = list(prompt_ids)
-    new: list[int] = []
-
-    def emit(tokens: list[int]) -> bool:
-        """Append tokens up to a stop token or the limit; True when generation is finished."""
-        kept = []
-        for token in tokens:
-            if token in stops:
-                stats.finish_reason = "stop"
-                break
-            kept.append(token)
-            if len(new) + len(kept) >= max_new_tokens:
-                stats.finish_reason = "length"
-                break
-        new.extend(kept)
-        context.extend(kept)
-        if kept and on_tokens:
-            on_tokens(kept)
-        return bool(stats.finish_reason)
-
+    output = _Output(list(prompt_ids), stops, max_new_tokens, stats, on_tokens)
+    emit, context = output.emit, output.context
     root = sampler.choose(judge(out)[-1])
     done = emit([root])
     while not done:
@@ -205,10 +201,37 @@ def generate(
         drafts = [int(t) for t in accepted_tokens(tree, path)]
         stats.accepted_histogram[len(drafts)] += 1
         done = emit(drafts + [root])
-    stats.new_tokens = len(new)
+    stats.new_tokens = len(output.new)
     stats.elapsed_seconds = time.perf_counter() - started
-    sizer = getattr(drafter, "sizer", None)
-    if sizer is not None:
-        stats.sizing = sizer.stats()
+    if drafter is not None and drafter.sizer is not None:
+        stats.sizing = drafter.sizer.stats()
     stats.graph_seconds = engine.graph_seconds - graph0
-    return GenerationResult(new, stats)
+    return GenerationResult(output.new, stats)
+
+
+def _check_request(engine: Engine, prompt_ids: Sequence[int], max_new_tokens: int, sampler: Sampler,
+                   drafter: Drafter | None, on_overflow: str) -> None:
+    """Refuse what the loop cannot run, before any work: a clear message each."""
+    if on_overflow not in OVERFLOW_POLICIES:
+        raise ValueError(f"on_overflow must be one of {OVERFLOW_POLICIES}, got {on_overflow!r}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if drafter is not None and drafter.lossy and not sampler.config.greedy:
+        raise ValueError(f"{drafter.name} is lossy and decodes greedily only: drop the temperature, or use a "
+                         "lossless drafter")
+    if len(prompt_ids) >= engine.context:
+        raise ContextOverflowError(
+            f"the prompt has {len(prompt_ids)} tokens but the bundle's context is {engine.context} "
+            "(room is needed for at least one new token): shorten the prompt or export with a larger --context"
+        )
+
+
+def _prefill(engine: Engine, prompt_ids: Sequence[int], drafter: Drafter | None) -> GraphOutput:
+    """Run the prompt from an empty cache (the drafter sees every chunk); the last chunk's outputs."""
+    engine.reset()
+    if drafter:
+        drafter.start(engine, prompt_ids)
+    for out in engine.prefill_chunks(prompt_ids):
+        if drafter:
+            drafter.observe_prefill(out)
+    return out
