@@ -40,6 +40,12 @@ class Row:
         return asdict(self)
 
 
+def rotated(items: Sequence, shift: int) -> list:
+    """`items` starting at position shift (mod len): round `shift` of an interleaved run."""
+    shift %= len(items)
+    return [*items[shift:], *items[:shift]]
+
+
 def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
     """Index of the first differing token (the shorter length if one is a prefix), None if equal."""
     for i, (x, y) in enumerate(zip(a, b, strict=False)):
@@ -62,8 +68,7 @@ def run_questions(methods: Sequence[Method], questions: Sequence[Question], toke
         if deadline is not None and time.perf_counter() > deadline:
             log.warning("time limit reached: %d of %d questions answered", index, len(questions))
             break
-        shift = index % len(methods)
-        order = list(methods[shift:]) + list(methods[:shift])
+        order = rotated(methods, index)
         outputs: dict[tuple[str, int], tuple[list[int], list[int]]] = {}  # (method, turn) -> (prompt, new ids)
         for method in order:
             messages: list[dict[str, str]] = []

@@ -17,10 +17,12 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
 
 import torch
 
 from mtpedge.bench.report import emit_result
+from mtpedge.bench.runner import rotated
 from mtpedge.bundles import ensure_bundle
 from mtpedge.models.distill_batch import BatchedGenerator, GenerationConfig, Request
 from mtpedge.models.distill_data import distill_one
@@ -62,13 +64,24 @@ def main() -> None:
         methods[f"torch batch {b}, refill"] = batched(b, True)
     if args.shrink_batch:
         methods[f"torch batch {args.shrink_batch}, shrink"] = batched(args.shrink_batch, False)
+    seconds, tokens, outputs, load = timed_rounds(methods, args.rounds)
+    print(f"\n{len(prompts)} prompts x <= {n} new tokens, {args.rounds} rounds, 1 thread; load average "
+          f"{min(load):.1f}-{max(load):.1f}")
+    report = {"prompts": len(prompts), "max_new_tokens": n, "rounds": args.rounds, "threads": 1,
+              "load_average": [round(x, 2) for x in load], "methods": compare(seconds, tokens, outputs)}
+    emit_result(report, args.out)
+
+
+def timed_rounds(methods: dict[str, Callable[[], list[list[int]]]], rounds: int):
+    """Every method once a round, in an order rotated per round; (seconds, tokens, last outputs) per method and
+    the load average before and after each round."""
     names = list(methods)
     seconds = dict.fromkeys(names, 0.0)
     tokens = dict.fromkeys(names, 0)
     outputs: dict[str, list[list[int]]] = {}
     load = [os.getloadavg()[0]]
-    for r in range(args.rounds):
-        for name in names[r % len(names):] + names[: r % len(names)]:
+    for r in range(rounds):
+        for name in rotated(names, r):
             started = time.perf_counter()
             out = methods[name]()
             seconds[name] += time.perf_counter() - started
@@ -77,11 +90,15 @@ def main() -> None:
             print(f"round {r + 1}: {name}: {sum(len(x) for x in out)} tokens in "
                   f"{time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
         load.append(os.getloadavg()[0])
+    return seconds, tokens, outputs, load
+
+
+def compare(seconds: dict[str, float], tokens: dict[str, int], outputs: dict[str, list[list[int]]]) -> list[dict]:
+    """A row a method: its rate, against the first method's, and how many answers equal the first's (printed too)."""
+    names = list(seconds)
     reference = outputs[names[0]]
     base_rate = tokens[names[0]] / seconds[names[0]]
     rows = []
-    print(f"\n{len(prompts)} prompts x <= {n} new tokens, {args.rounds} rounds, 1 thread; load average "
-          f"{min(load):.1f}-{max(load):.1f}")
     print(f"{'method':40s} {'tok/s':>8s} {'vs first':>9s} {'answers equal to the ONNX greedy':>34s}")
     for name in names:
         rate = tokens[name] / seconds[name]
@@ -89,10 +106,7 @@ def main() -> None:
         rows.append({"method": name, "tokens_per_s": round(rate, 2), "speedup": round(rate / base_rate, 2),
                      "tokens": tokens[name], "seconds": round(seconds[name], 1), "same_as_onnx": same})
         print(f"{name:40s} {rate:8.1f} {rate / base_rate:8.2f}x {same:>28d}/{len(reference)}")
-    report = {"prompts": len(prompts), "max_new_tokens": n, "rounds": args.rounds, "threads": 1,
-              "load_average": [round(x, 2) for x in load], "methods": rows}
-    emit_result(report, args.out)
-
+    return rows
 
 if __name__ == "__main__":
     main()

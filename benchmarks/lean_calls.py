@@ -24,6 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mtpedge.bench.questions import SPEC_BENCH, load_questions, round_robin  # noqa: E402
+from mtpedge.bench.runner import rotated  # noqa: E402
 from mtpedge.runtime.engine import Engine  # noqa: E402
 from mtpedge.runtime.generate import generate  # noqa: E402
 from mtpedge.runtime.kv_cache import KVCache  # noqa: E402
@@ -81,8 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     rates: dict[str, list[float]] = {name: [] for name in made}
     outputs: dict[str, list[list[int]]] = {name: [] for name in made}
     for i, prompt in enumerate(prompts):
-        names = list(made)[i % len(made):] + list(made)[: i % len(made)]  # rotated order
-        for name in names:
+        for name in rotated(list(made), i):
             result = generate(made[name], prompt, args.max_new_tokens)
             rates[name].append(result.stats.tokens_per_second)
             outputs[name].append(result.token_ids)

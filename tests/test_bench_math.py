@@ -17,7 +17,7 @@ from mtpedge.bench.questions import (
     select_questions,
 )
 from mtpedge.bench.roofline import CallCost, Ceilings, call_cost, matmul_weights
-from mtpedge.bench.runner import Row, first_difference, run_questions
+from mtpedge.bench.runner import Row, first_difference, rotated, run_questions
 from mtpedge.bench.suite import resolve_methods
 from mtpedge.runtime.model_config import DecoderConfig
 
@@ -149,6 +149,20 @@ def test_run_questions_answers_only_the_first_turns_when_asked():
     assert [r.turn for r in run_questions([_CountingMethod("none")], [question], _Tokenizer(), 64, 4)] == [1, 2, 3]
     assert [r.turn for r in run_questions([_CountingMethod("none")], [question], _Tokenizer(), 64, 4,
                                           max_turns=1)] == [1]
+
+
+def test_each_question_rotates_the_order_of_the_methods():
+    order = []
+
+    class Recording(_CountingMethod):
+        def generate(self, prompt_ids, max_new_tokens):
+            order.append(self.name)
+            return super().generate(prompt_ids, max_new_tokens)
+
+    questions = [Question(i, "writing", ("a",)) for i in range(4)]
+    run_questions([Recording("none"), Recording("a"), Recording("b")], questions, _Tokenizer(), 64, 4)
+    assert order == ["none", "a", "b", "a", "b", "none", "b", "none", "a", "none", "a", "b"]
+    assert rotated([1, 2, 3], 4) == [2, 3, 1] and rotated([1], 7) == [1]
 
 
 def test_first_difference():
