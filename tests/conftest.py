@@ -6,6 +6,9 @@ into the mtpedge cache (about a minute) and reused by every `slow` test.
 
 from __future__ import annotations
 
+import json
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,22 @@ import pytest
 TINY_CONTEXT = 256
 TINY_PREFILL = 16
 TINY_DECODE_WIDTHS = (1, 8, 32)
+
+
+def copy_bundle(bundle: Path, tmp_path: Path) -> Path:
+    """A copy of `bundle` that a test may damage or edit."""
+    return Path(shutil.copytree(bundle, tmp_path / "bundle"))
+
+
+def edit_manifest(folder: Path, edit: Callable[[dict], None]) -> None:
+    """Change a bundle's manifest.json in place (as a careless hand or a tamperer would: no re-sealing)."""
+    data = json.loads((folder / "manifest.json").read_text())
+    edit(data)
+    (folder / "manifest.json").write_text(json.dumps(data))
+
+
+def set_chat_template(folder: Path, template: str) -> None:
+    edit_manifest(folder, lambda manifest: manifest["tokenizer"].update(chat_template=template))
 
 
 @pytest.fixture(scope="session")

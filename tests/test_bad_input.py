@@ -15,6 +15,7 @@ from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import generate
 from mtpedge.runtime.kv_cache import ContextOverflowError
 from mtpedge.runtime.sampling import NonFiniteLogitsError
+from tests.conftest import copy_bundle, edit_manifest
 
 
 def test_missing_model_path(tmp_path):
@@ -74,26 +75,19 @@ def test_damaged_weights_shape(tmp_path, tiny_model_dir):
         load_model(folder)
 
 
-def copy_bundle(tiny_bundle, tmp_path):
-    return shutil.copytree(tiny_bundle("llama"), tmp_path / "bundle")
-
-
-def edit_manifest(folder, edit):
-    path = folder / "manifest.json"
-    data = json.loads(path.read_text())
-    edit(data)
-    path.write_text(json.dumps(data))
+def copy_tiny_bundle(tiny_bundle, tmp_path):
+    return copy_bundle(tiny_bundle("llama"), tmp_path)
 
 
 def test_bundle_from_another_version(tmp_path, tiny_bundle):
-    folder = copy_bundle(tiny_bundle, tmp_path)
+    folder = copy_tiny_bundle(tiny_bundle, tmp_path)
     edit_manifest(folder, lambda d: d.update(version=99))
     with pytest.raises(BundleError, match="version 99.*re-export"):
         Engine.load(folder)
 
 
 def test_bundle_with_mismatching_graph_shapes(tmp_path, tiny_bundle):
-    folder = copy_bundle(tiny_bundle, tmp_path)
+    folder = copy_tiny_bundle(tiny_bundle, tmp_path)
 
     def widen(d):
         d["config"]["hidden_size"] += 2
@@ -104,14 +98,14 @@ def test_bundle_with_mismatching_graph_shapes(tmp_path, tiny_bundle):
 
 
 def test_bundle_graph_swapped_from_another_export(tmp_path, tiny_bundle):
-    folder = copy_bundle(tiny_bundle, tmp_path)
+    folder = copy_tiny_bundle(tiny_bundle, tmp_path)
     (folder / "decode_ar1_cl256.onnx").write_bytes((folder / "decode_ar8_cl256.onnx").read_bytes())
     with pytest.raises(BundleError, match="differ from the manifest"):
         Engine.load(folder)
 
 
 def test_bundle_missing_files_or_manifest(tmp_path, tiny_bundle):
-    folder = copy_bundle(tiny_bundle, tmp_path)
+    folder = copy_tiny_bundle(tiny_bundle, tmp_path)
     (folder / "embeddings.npy").unlink()
     with pytest.raises(BundleError, match="lacks.*embeddings.npy"):
         Engine.load(folder)
@@ -182,7 +176,7 @@ def test_cli_reports_errors_without_a_traceback(tmp_path, capsys, tiny_bundle):
 
 
 def test_garbage_in_the_weights_stops_generation_with_a_clear_error(tmp_path, tiny_bundle, capsys):
-    folder = copy_bundle(tiny_bundle, tmp_path)
+    folder = copy_tiny_bundle(tiny_bundle, tmp_path)
     weights = folder / "weights.data"
     with open(weights, "r+b") as handle:  # 4 KB of NaN in the middle: same size, so the load check passes
         handle.seek(weights.stat().st_size // 2)

@@ -18,6 +18,7 @@ import pytest
 from mtpedge.main import main
 from mtpedge.runtime.bundle import BundleError, Manifest, file_record, read_manifest, write_manifest
 from mtpedge.runtime.engine import Engine
+from tests.conftest import edit_manifest
 
 GRAPH = "decode_ar1_cl256.onnx"
 
@@ -30,12 +31,6 @@ def folder(tiny_bundle, tmp_path):
 def reseal(folder) -> None:
     """Record the files as they are now, as whoever tampered with them would: sizes and hashes match again."""
     write_manifest(folder, Manifest.from_dict(json.loads((folder / "manifest.json").read_text())))
-
-
-def edit_manifest(folder, edit) -> None:
-    data = json.loads((folder / "manifest.json").read_text())
-    edit(data)
-    (folder / "manifest.json").write_text(json.dumps(data))
 
 
 def test_the_export_records_every_files_size_and_hash(tiny_bundle):

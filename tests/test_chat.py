@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import io
-import json
-import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +14,7 @@ from mtpedge.chat_session import ChatSession, ContextFullError, MessageRefused
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import generate
 from mtpedge.runtime.sampling import SamplingConfig
+from tests.conftest import copy_bundle, set_chat_template
 
 GREEDY = SamplingConfig()
 
@@ -141,18 +140,22 @@ def test_commands(engine):
     assert session.history == [] and session.system == "Speak like a pirate"
 
 
+def engine_with_template(bundle, tmp_path, template: str) -> Engine:
+    """An engine of a copy of `bundle` whose manifest carries another chat template."""
+    folder = copy_bundle(bundle, tmp_path)
+    set_chat_template(folder, template)
+    return Engine.load(folder)
+
+
 def test_a_message_the_template_or_the_tokenizer_refuses_is_answered_and_the_chat_goes_on(bundle, tmp_path):
     """#18 in the chat: an invalid message or a chat-template error is said, the conversation stays, the next
     message is answered (before, either one ended the session with `mtpedge: error: ...`)."""
-    folder = shutil.copytree(bundle, tmp_path / "bundle")
-    manifest = json.loads((folder / "manifest.json").read_text())
     # a template that refuses one kind of message, as real ones refuse e.g. a system turn or two user turns in a row
-    manifest["tokenizer"]["chat_template"] = (
+    engine = engine_with_template(bundle, tmp_path, (
         "{% for m in messages %}{% if m['content'] == 'forbidden' %}{{ raise_exception('no forbidden words') }}"
         "{% endif %}{{ m['role'] + ': ' + m['content'] + '\\n' }}{% endfor %}"
-        "{% if add_generation_prompt %}assistant: {% endif %}")
-    (folder / "manifest.json").write_text(json.dumps(manifest))
-    session = ChatSession(Engine.load(folder), GREEDY, 4)
+        "{% if add_generation_prompt %}assistant: {% endif %}"))
+    session = ChatSession(engine, GREEDY, 4)
     status, out, err = run_repl(session, ["hello", "forbidden", "bad \udcff byte", "/system \ud800",
                                           "and again", "/quit"])
     assert status == 0
@@ -204,14 +207,11 @@ def test_the_chat_command_end_to_end(bundle):
 def test_a_conversation_the_template_stops_accepting_goes_on_after_a_reset(bundle, tmp_path):
     """A template that refuses a conversation only once it has grown (here: past three messages, as templates with
     a turn or length check do): /stats still answers, the refused message is said, /reset lets the chat go on."""
-    folder = shutil.copytree(bundle, tmp_path / "bundle")
-    manifest = json.loads((folder / "manifest.json").read_text())
-    manifest["tokenizer"]["chat_template"] = (
+    engine = engine_with_template(bundle, tmp_path, (
         "{% if messages | length > 3 %}{{ raise_exception('at most three messages') }}{% endif %}"
         "{% for m in messages %}{{ m['role'] + ': ' + m['content'] + '\\n' }}{% endfor %}"
-        "{% if add_generation_prompt %}assistant: {% endif %}")
-    (folder / "manifest.json").write_text(json.dumps(manifest))
-    session = ChatSession(Engine.load(folder), GREEDY, 4)
+        "{% if add_generation_prompt %}assistant: {% endif %}"))
+    session = ChatSession(engine, GREEDY, 4)
     status, out, err = run_repl(session, ["hello", "/stats", "again", "/stats", "third", "/reset", "fresh", "/quit"])
     assert status == 0
     assert "(not sent: the model's chat template refused the conversation: at most three messages)" in err

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import socket
 import threading
 import time
@@ -23,6 +22,7 @@ from mtpedge.server import worker as worker_module
 from mtpedge.server.app import ServerConfig, start_server
 from mtpedge.server.protocol import parse_request
 from mtpedge.server.worker import EngineWorker
+from tests.conftest import copy_bundle, set_chat_template
 from tests.server_helpers import LiveServer, read_response
 
 CHAT = "/v1/chat/completions"
@@ -215,7 +215,7 @@ def test_control_tokens_typed_in_a_message_stay_text(server):
 
 
 def damaged_copy(bundle, tmp_path, edit) -> LiveServer:
-    folder = shutil.copytree(bundle, tmp_path / "bundle")
+    folder = copy_bundle(bundle, tmp_path)
     edit(folder)
     return LiveServer(folder)
 
@@ -240,12 +240,8 @@ def test_a_model_that_gives_nan_gets_500_naming_it_and_the_server_goes_on(bundle
 
 
 def test_a_template_that_refuses_the_messages_gets_400(bundle, tmp_path):
-    def refusing_template(folder):
-        manifest = json.loads((folder / "manifest.json").read_text())
-        manifest["tokenizer"]["chat_template"] = "{{ raise_exception('Conversation roles must alternate') }}"
-        (folder / "manifest.json").write_text(json.dumps(manifest))
-
-    live = damaged_copy(bundle, tmp_path, refusing_template)
+    refusing = "{{ raise_exception('Conversation roles must alternate') }}"
+    live = damaged_copy(bundle, tmp_path, lambda folder: set_chat_template(folder, refusing))
     try:
         status, answer = live.post(CHAT, chat_body("hi"))
         assert status == 400 and answer["error"]["param"] == "messages"
