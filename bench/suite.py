@@ -174,7 +174,6 @@ def bench_document(settings: BenchSettings, engine: Engine, methods: Sequence[Me
     if statuses is None:
         statuses = [{"name": m.name, "kind": m.kind, "status": "ran"} for m in methods]
     machine = describe_machine()
-    manifest = engine.manifest
     questions, selection = select(settings)
     say(f"{len(questions)} questions x {len(methods)} methods: {', '.join(m.name for m in methods)}")
     monitor = RssMonitor()
@@ -193,27 +192,10 @@ def bench_document(settings: BenchSettings, engine: Engine, methods: Sequence[Me
             status["peak_rss_mb"] = monitor.peaks[status["name"]]
     sweep = _sweep(settings, say) if settings.sweep else None
     machine["load_average_at_end"] = load_average()
-    model_note = None
-    if settings.model is not None and settings.model.exists():
-        same = model_sha256(settings.model) == manifest.source_sha256
-        model_note = "same file as the bundle's source" if same else "NOT the file the bundle was exported from"
     return {
         "schema": SCHEMA,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "settings": {
-            "bundle": str(settings.bundle), "bundle_name": manifest.model_name, "context": engine.context,
-            "bundle_graphs": [g.name for g in manifest.graphs], "questions_file": str(settings.questions),
-            "selection": selection, "pick": settings.pick, "skip": settings.skip, "turns": settings.turns or "all",
-            "questions_planned": len(questions),
-            "questions_run": len({(r.category, r.question_id) for r in rows}),
-            "time_limit_s": settings.time_limit_s, "categories": settings.categories,
-            "limit_per_category": settings.limit, "max_new_tokens": settings.max_new_tokens,
-            "threads": settings.threads, "greedy": True, "chat_template": engine.tokenizer.has_chat_template,
-            "peer_model": str(settings.model) if settings.model else None,
-            "peer_model_check": model_note, "lookup_tokens": settings.lookup_tokens, "quick": settings.quick,
-            "speedup_definition": "mean per-turn decode tokens/s of the method / that of `none`, same turns",
-            "cost_table": engine.cost_table.to_json(),
-        },
+        "settings": _settings_record(settings, engine, len(questions), selection, rows),
         "machine": machine,
         "timing_note": TIMING_NOTE,
         "methods": statuses,
@@ -221,6 +203,29 @@ def bench_document(settings: BenchSettings, engine: Engine, methods: Sequence[Me
         "rows": [r.to_dict() for r in rows],
         "sweep": sweep,
         "elapsed_s": time.perf_counter() - started,
+    }
+
+
+def _settings_record(settings: BenchSettings, engine: Engine, planned: int, selection: str, rows: list) -> dict:
+    """What a run was asked and what it ran on: the report's `settings`."""
+    manifest = engine.manifest
+    model_note = None
+    if settings.model is not None and settings.model.exists():
+        same = model_sha256(settings.model) == manifest.source_sha256
+        model_note = "same file as the bundle's source" if same else "NOT the file the bundle was exported from"
+    return {
+        "bundle": str(settings.bundle), "bundle_name": manifest.model_name, "context": engine.context,
+        "bundle_graphs": [g.name for g in manifest.graphs], "questions_file": str(settings.questions),
+        "selection": selection, "pick": settings.pick, "skip": settings.skip, "turns": settings.turns or "all",
+        "questions_planned": planned,
+        "questions_run": len({(r.category, r.question_id) for r in rows}),
+        "time_limit_s": settings.time_limit_s, "categories": settings.categories,
+        "limit_per_category": settings.limit, "max_new_tokens": settings.max_new_tokens,
+        "threads": settings.threads, "greedy": True, "chat_template": engine.tokenizer.has_chat_template,
+        "peer_model": str(settings.model) if settings.model else None,
+        "peer_model_check": model_note, "lookup_tokens": settings.lookup_tokens, "quick": settings.quick,
+        "speedup_definition": "mean per-turn decode tokens/s of the method / that of `none`, same turns",
+        "cost_table": engine.cost_table.to_json(),
     }
 
 
