@@ -33,7 +33,7 @@ from mtpedge.bench.report import emit_result  # noqa: E402
 from mtpedge.export.quality import HELD_TEXT, perplexity, sequence_logits  # noqa: E402
 from mtpedge.runtime.drafters import make_drafter  # noqa: E402
 from mtpedge.runtime.engine import Engine  # noqa: E402
-from mtpedge.runtime.generate import generate  # noqa: E402
+from mtpedge.runtime.generate import accepted_drafts, generate  # noqa: E402
 from mtpedge.runtime.qnn import QNN_EP  # noqa: E402
 
 DEFAULT_DRAFTER = "hybrid"
@@ -63,7 +63,7 @@ def tau(engine: Engine, prompts: list[list[int]], tokens: int) -> float:
         stats = generate(engine, ids, tokens, stop_token_ids=set(), on_overflow="stop",
                          drafter=make_drafter(DEFAULT_DRAFTER, engine)).stats
         calls += stats.decode_calls
-        accepted += sum(k * v for k, v in stats.accepted_histogram.items())
+        accepted += accepted_drafts(stats.accepted_histogram)
     return round(1 + accepted / max(1, calls), 4)
 
 

@@ -189,9 +189,7 @@ def run_causal(decoder: Decoder, layers, h: torch.Tensor) -> torch.Tensor:
     cos, sin = _rope(decoder, np.arange(n), device)
     bias = _bias(np.tril(np.ones((n, n), dtype=bool)), device)
     past = torch.zeros(1, decoder.cfg.num_kv_heads, 0, decoder.cfg.head_dim, device=device)
-    for layer in layers:
-        h, _, _ = layer(h, bias, cos, sin, past, past)
-    return h
+    return run_layers(layers, h, bias, cos, sin, [past] * (2 * len(layers)))[0]
 
 
 def embed(decoder: Decoder, ids: np.ndarray) -> torch.Tensor:

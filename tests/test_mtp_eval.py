@@ -15,7 +15,7 @@ from mtpedge.models.mtp_eval import HeldOut, heldout_tau, make_heldout, simulate
 from mtpedge.models.mtp_training import TrainConfig, load_checkpoint, soft_cross_entropy, train
 from mtpedge.runtime.drafters import make_drafter
 from mtpedge.runtime.engine import Engine
-from mtpedge.runtime.generate import generate
+from mtpedge.runtime.generate import accepted_drafts, generate
 from tests.conftest import TINY_CONTEXT, TINY_DECODE_WIDTHS, TINY_PREFILL
 
 PROMPTS = [[1, 5, 9, 2], [7, 7, 7, 7, 7, 7], [3, 14, 15, 92, 65, 35, 89], [42, 43], [11, 12, 13, 14, 15, 16, 17]]
@@ -59,7 +59,7 @@ def runtime_tau(engine, heldout, **options) -> float:
         result = generate(engine, prompt.tolist(), max_new_tokens=ANSWER, stop_token_ids=set(), drafter=drafter)
         assert result.token_ids == answer[:ANSWER].tolist()  # lossless: the reference is what decoding outputs
         calls += result.stats.decode_calls
-        accepted += sum(k * v for k, v in result.stats.accepted_histogram.items())
+        accepted += accepted_drafts(result.stats.accepted_histogram)
     return 1.0 + accepted / calls
 
 
