@@ -7,6 +7,8 @@
     acceptance    per depth d: the share of decode calls that accepted at least d drafts
     graph / host  ms per decode call in graph calls / outside them (mtpedge methods; the prefill's graph time is
                   taken as its whole first-token time, so its little host work counts as graph)
+    predicted     cost-aware drafters: mean over rows of the tokens/s their tree sizing expected, beside the
+                  tokens/s its timed steps achieved (the same steps: decode steps after the first)
 """
 
 from __future__ import annotations
@@ -51,6 +53,11 @@ def _ratio(ran: Sequence[Row], reference: dict[tuple, Row]) -> float | None:
     return fmean(r.tokens_per_s for r, _ in paired) / base if paired and base else None
 
 
+def _mean_of(rows: Sequence[Row], attribute: str) -> float | None:
+    values = [getattr(r, attribute) for r in rows if getattr(r, attribute) is not None]
+    return fmean(values) if values else None
+
+
 def summarize_group(rows: Sequence[Row], baseline_rows: dict[tuple, Row],
                     peer_rows: dict[tuple, Row] | None = None) -> dict:
     ran = [r for r in rows if not r.skipped]
@@ -75,6 +82,8 @@ def summarize_group(rows: Sequence[Row], baseline_rows: dict[tuple, Row],
         "first_token_s": fmean(r.first_token_s for r in ran) if ran else None,
         "graph_ms_per_call": 1e3 * decode_graph_s / calls if timed else None,
         "host_ms_per_call": 1e3 * (decode_s - decode_graph_s) / calls if timed else None,
+        "predicted_tokens_per_s": _mean_of(ran, "predicted_tokens_per_s"),
+        "achieved_step_tokens_per_s": _mean_of(ran, "achieved_step_tokens_per_s"),
         "speedup": _ratio(ran, baseline_rows),
         "vs_reference_peer": _ratio(ran, peer_rows) if peer_rows else None,
         "same_as_baseline": (sum(r.same_as_baseline for r in compared) / len(compared)) if compared else None,

@@ -95,6 +95,21 @@ def acceptance_table(doc: dict) -> list[str]:
     return lines
 
 
+def sizing_table(doc: dict) -> list[str]:
+    """Cost-aware drafters: the tokens/s their tree sizing predicted beside what the same steps achieved."""
+    rows = [(m["name"], doc["summary"][m["name"]][OVERALL]) for m in doc["methods"] if m["status"] == "ran"]
+    rows = [(n, s) for n, s in rows if s.get("predicted_tokens_per_s") is not None]
+    if not rows:
+        return []
+    lines = ["| method | predicted tokens/s | achieved tokens/s (same steps) | achieved / predicted |",
+             "|---|---|---|---|"]
+    for name, s in rows:
+        predicted, achieved = s["predicted_tokens_per_s"], s["achieved_step_tokens_per_s"]
+        lines.append(_row([name, _fmt(predicted, ".1f"), _fmt(achieved, ".1f"),
+                           _fmt(achieved / predicted if achieved and predicted else None)]))
+    return lines
+
+
 def sweep_table(sweep: dict) -> list[str]:
     c = sweep["ceilings"]
     lines = [f"Ceilings measured here: {c['flops_per_s'] / 1e9:.1f} GFLOP/s, {c['bytes_per_s'] / 1e9:.1f} GB/s "
@@ -128,6 +143,9 @@ def markdown(doc: dict) -> str:
            "## All questions", "", *method_table(doc), "",
            "## Per category (τ, speed-up vs none, mean tokens/s, vs llama.cpp)", "", *category_table(doc), "",
            "## Drafts accepted per decode call", "", *acceptance_table(doc), ""]
+    sizing = sizing_table(doc)
+    if sizing:
+        out += ["## Cost-aware tree sizing (predicted vs achieved, mean over turns)", "", *sizing, ""]
     missing = [m for m in doc["methods"] if m["status"] != "ran"]
     if missing:
         out += ["## Not run", ""] + [f"- {m['name']}: {m['status']}: {m['reason']}" for m in missing] + [""]

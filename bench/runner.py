@@ -32,6 +32,9 @@ class Row:
     first_token_s: float = 0.0
     elapsed_s: float = 0.0
     graph_s: float | None = None
+    # a cost-aware drafter's predicted and achieved tokens/s over its timed steps (runtime/tree_sizing.StepSizer)
+    predicted_tokens_per_s: float | None = None
+    achieved_step_tokens_per_s: float | None = None
     same_as_baseline: bool | None = None  # None: no baseline, or its prompt differed (earlier turns differed)
     first_difference: int | None = None  # first new-token index where the output leaves the baseline's
     skipped: str | None = None
@@ -89,6 +92,9 @@ def run_questions(methods: Sequence[Method], questions: Sequence[Question], toke
                 row.new_tokens, row.tokens_per_s = run.new_tokens, run.tokens_per_s
                 row.first_token_s, row.elapsed_s, row.graph_s = run.first_token_s, run.elapsed_s, run.graph_s
                 row.decode_calls = run.decode_calls
+                sizing = run.extra.get("sizing") or {}
+                row.predicted_tokens_per_s = sizing.get("predicted_tokens_per_s")
+                row.achieved_step_tokens_per_s = sizing.get("achieved_tokens_per_s")
                 if run.accepted_histogram is not None:
                     row.accepted_per_call = {str(k): v for k, v in sorted(run.accepted_histogram.items())}
                 outputs[(method.name, turn)] = (prompt, run.token_ids)

@@ -39,7 +39,7 @@ def add_precision_argument(parser: argparse.ArgumentParser) -> None:
 
 def add_common_arguments(parser: argparse.ArgumentParser, max_new_tokens: int | None) -> None:
     """Options shared by generate and chat (max_new_tokens: the default limit; None = up to the context)."""
-    from mtpedge.runtime.drafters import drafter_names
+    from mtpedge.runtime.drafters import DEFAULT_DRAFTER, drafter_names
 
     parser.add_argument("--bundle", help="bundle folder (default: export --model, or the default model, once)")
     parser.add_argument("--model", help="GGUF file or Hugging Face folder to export when no --bundle is given")
@@ -62,9 +62,10 @@ def add_common_arguments(parser: argparse.ArgumentParser, max_new_tokens: int | 
                              "(the HTP simulator on x86 Linux; needs the qnn extra), CPU fallback disabled")
     parser.add_argument("--cost-model", default="measured", metavar="measured|remeasure|flat|FILE",
                         help=COST_MODEL_HELP)
-    parser.add_argument("--drafter", type=drafter_spec, default="none", metavar="SPEC",
+    parser.add_argument("--drafter", type=drafter_spec, default=DEFAULT_DRAFTER, metavar="SPEC",
                         help=f"multi-token drafter and its options, NAME[:KEY=VALUE]... (NAME: "
-                             f"{', '.join(drafter_names())}; none = plain decoding, the default); e.g. "
+                             f"{', '.join(drafter_names())}; default {DEFAULT_DRAFTER}, the fastest lossless one "
+                             "measured on the fast bundle; none = plain decoding); e.g. "
                              "hybrid:width=32. `mtpedge drafters` lists the options. mtp needs a bundle with a trained "
                              "adapter; dmtd-spec / dmtd a DMTD bundle (`mtpedge train-dmtd --export-bundle`); dmtd is "
                              "LOSSY (its tokens are not verified)")

@@ -22,6 +22,7 @@ import sys
 
 from mtpedge.bundles import COST_MODEL_HELP, DMTD_DRAFTERS, attach_cost_table, ensure_bundle
 from mtpedge.generate_cmd import add_precision_argument, drafter_spec
+from mtpedge.runtime.drafters import DEFAULT_DRAFTER
 from mtpedge.runtime.sampling import DEFAULT_TEMPERATURE
 
 
@@ -38,10 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "environment variable, which other users cannot read in the process list; "
                              "required unless --host is a loopback address)")
     parser.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0 = any free port)")
-    parser.add_argument("--drafter", type=drafter_spec, default="none", metavar="SPEC",
-                        help="drafter for requests that name none, e.g. hybrid:width=32 (none = plain decoding, the "
-                             "default; `mtpedge drafters` lists them); a request may pick another with the extension "
-                             "field `drafter`")
+    parser.add_argument("--drafter", type=drafter_spec, default=DEFAULT_DRAFTER, metavar="SPEC",
+                        help=f"drafter for requests that name none, e.g. hybrid:width=32 (default {DEFAULT_DRAFTER}, "
+                             "the fastest lossless one measured on the fast bundle; none = plain decoding; `mtpedge "
+                             "drafters` lists them); a request may pick another with the extension field `drafter`")
     parser.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE,
                         help=f"temperature for requests that name none (default {DEFAULT_TEMPERATURE}, llama.cpp's "
                              "and ollama's; OpenAI's API uses 1.0); top-k 40, top-p 0.95 and min-p 0.05 apply "

@@ -139,6 +139,20 @@ def test_drafter_options_in_a_method_spec_take_effect(quick_report):
     assert accepted and max(accepted) <= 3
 
 
+def test_cost_aware_drafters_report_predicted_beside_achieved_tokens_per_s(quick_report):
+    """Issue 15 item 2: the bench JSON (and bench.md) say what the tree sizing expected and what it got."""
+    out, doc = quick_report
+    from mtpedge.runtime.drafters import DRAFTERS
+
+    for name in PLAIN_DRAFTERS:
+        overall = doc["summary"][name]["overall"]
+        sized = name in DRAFTERS and DRAFTERS[name].sized
+        assert (overall["predicted_tokens_per_s"] is not None) == sized, name
+        if sized:
+            assert overall["predicted_tokens_per_s"] > 0 and overall["achieved_step_tokens_per_s"] > 0
+    assert "predicted tokens/s" in (out / "bench.md").read_text()
+
+
 def test_first_turns_of_spread_questions_and_an_interleaved_sweep_of_two_bundles(tiny_bundle, tmp_path):
     """The old interleaved scripts' runs as bench options: first turns only, questions spread over each category,
     and the call-cost comparison of two bundles (here two architectures) timed round after round."""

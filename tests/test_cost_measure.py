@@ -86,8 +86,17 @@ def test_a_bundle_with_a_single_decode_width_is_named(tiny_model_dir, tmp_path):
     folder = export_bundle(tiny_model_dir("llama"), tmp_path / "one", ExportConfig(
         context=64, prefill_width=8, decode_widths=(1,), check_parity=False))
     said = []
-    table = cost_table_from_option(Engine.load(folder, threads=1), "measured", tmp_path / "costs", say=said.append)
+    engine = Engine.load(folder, threads=1)
+    table = cost_table_from_option(engine, "measured", tmp_path / "costs", say=said.append)
     assert sorted(table.seconds) == [1] and "single decode width" in said[0] and "--decode-widths" in said[0]
+    from mtpedge.runtime.drafters import DEFAULT_DRAFTER, make_drafter
+    from mtpedge.runtime.generate import generate
+
+    engine.cost_table = table  # the default drafter still decodes (one-slot calls), as plain decoding does
+    prompt = [1, 2, 3, 1, 2, 3, 1, 2]
+    plain = generate(engine, prompt, 12, stop_token_ids=set())
+    drafted = generate(engine, prompt, 12, stop_token_ids=set(), drafter=make_drafter(DEFAULT_DRAFTER, engine))
+    assert drafted.token_ids == plain.token_ids and drafted.stats.tokens_per_call == 1.0
 
 
 def test_measuring_a_bucketed_bundle_runs_the_full_context_graphs(tiny_model_dir, tmp_path):

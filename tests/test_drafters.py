@@ -140,7 +140,8 @@ def test_cli_generate_with_drafter_settings(tiny_bundle, capsys):
     from mtpedge.main import main
 
     bundle = str(tiny_bundle("llama"))
-    assert main(["generate", "hello hello", "--bundle", bundle, "--raw", "--json", "--max-new-tokens", "12"]) == 0
+    assert main(["generate", "hello hello", "--bundle", bundle, "--raw", "--json", "--max-new-tokens", "12",
+                 "--drafter", "none"]) == 0
     plain = json.loads(capsys.readouterr().out)
     argv = ["generate", "hello hello", "--bundle", bundle, "--raw", "--json", "--max-new-tokens", "12",
             "--drafter", "esp:masks=2:mask_init=soft:tree=static:3,1:width=16"]

@@ -244,7 +244,7 @@ def test_cli_generate_passes_the_mtp_tree_settings(mtp_bundle, capsys):
 
     folder = str(mtp_bundle()[0])
     argv = ["generate", "hello hello hello", "--bundle", folder, "--raw", "--json", "--max-new-tokens", "16"]
-    assert main(argv) == 0
+    assert main([*argv, "--drafter", "none"]) == 0
     plain = json.loads(capsys.readouterr().out)
     assert main([*argv, "--drafter", "mtp:branch=2:mask_gain=0.5:lookup=true:width=8"]) == 0
     out = json.loads(capsys.readouterr().out)

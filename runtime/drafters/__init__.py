@@ -25,8 +25,13 @@ if TYPE_CHECKING:
 DRAFTERS: dict[str, type[Drafter]] = {cls.name: cls for cls in (
     EspDrafter, LookupDrafter, HybridDrafter, MtpDrafter, DmtdSpecDrafter, DmtdDrafter)}
 
-__all__ = ["DRAFTERS", "NONE", "Drafter", "DrafterSpec", "check_fits", "describe_drafters", "drafter_names",
-           "make_drafter", "parse_drafter", "split_specs"]
+# What generate, chat, serve and scripts/run.sh decode with when no drafter is named: the lossless drafter that
+# was fastest on the fast bundle, on Spec-Bench questions the headline bench does not use (the tuning run in
+# benchmarks/results/fast/README.md, section 5), with its trees sized by the measured cost table.
+DEFAULT_DRAFTER = "lookup"
+
+__all__ = ["DEFAULT_DRAFTER", "DRAFTERS", "NONE", "Drafter", "DrafterSpec", "check_fits", "describe_drafters",
+           "drafter_names", "make_drafter", "parse_drafter", "split_specs"]
 
 
 def drafter_names() -> list[str]:
