@@ -121,6 +121,11 @@ public final class CostTable {
         } catch (JsonException err) {
             throw new CostTableException(originName + " is not readable JSON (" + err.getMessage() + ")");
         }
+        return fromJson(parsed, originName);
+    }
+
+    /** A table from its parsed JSON form ({@link Json#parse}). */
+    public static CostTable fromJson(Object parsed, String originName) {
         Object format = parsed instanceof Map ? ((Map<?, ?>) parsed).get("format") : null;
         if (!FORMAT.equals(format)) {
             throw new CostTableException(originName + " is not an mtpedge cost table (format " + format + ")");
