@@ -3,8 +3,8 @@
 Per graph call: the chosen width, n_past, positions, the attention bias (as zero runs per row), a fingerprint of
 each input embedding row, the LoRA gate (adapter bundles), and the outputs as top-k logits + each row's
 log-sum-exp (the full rows are 49152 floats), the mask slots' hidden states (the mtp drafter's recordings, base64
-float32) and the call's seconds (a cost-aware drafter's recordings, see below). Per decode step: the drafter's tree, and the slots each commit
-gathered. Plus the prompt's and the committed tokens' embedding rows (base64 float32), so that mask embeddings
+float32) and the call's seconds (a cost-aware drafter's recordings, see below). Per decode step: the drafter's
+tree, and the slots each commit gathered. Plus the prompt's and the committed tokens' embedding rows (base64 float32), so that mask embeddings
 can be recomputed in Java, and the bundle's adapter files (learned masks, sampler head) as they are.
 
 Recordings of a drafter that sizes its trees run it over a cost table written into the recording, with a clock
@@ -47,14 +47,15 @@ TINY_RECORDINGS = [("tiny_plain", None, {}, 200), ("tiny_lookup", "lookup", {}, 
 # cost-aware trees on the tiny model: a CPU-like table (a wide call costs several narrow ones), so that the trees
 # shrink to what their candidates pay for
 CLOCK_STEP = 0.01
-TINY_SIZED_RECORDINGS = [("tiny_lookup_sized", "lookup", {}, 200, {1: 0.010, 8: 0.0105, 16: 0.030}),
+TINY_SIZED_RECORDINGS = [("tiny_lookup_sized", "lookup", {}, 200, {1: 0.010, 8: 0.012, 16: 0.030}),
                          ("tiny_hybrid_sized", "hybrid", {"masks": 2}, 200, {1: 0.002, 8: 0.004, 16: 0.012})]
 # the tiny model with a random multi-token adapter (k = 3 learned masks, gated LoRA of rank 4, a sampler head; every
 # part away from its initial value, as tests/test_mtp_decode.py makes it): the mtp drafter's layouts, and ESP / the
 # hybrid with the adapter's learned masks (their default on such a bundle) and its gate on at the mask slots.
-# candidates 8 / 0: the sampler head's shortlist stays inside the recorded top-16 logits of a row (0 = no shortlist)
+# candidates 8 / 0: the sampler head's shortlist stays inside the recorded top-16 logits of a row (0 = no shortlist);
+# mask_gain 0 gives few mask owners, so that accepted paths end below them (the next drafts skip the used masks)
 TINY_MTP_RECORDINGS = [("tiny_mtp_tree", "mtp", {"candidates": 8}, 200),
-                       ("tiny_mtp_tree_lookup", "mtp", {"lookup": True, "sampler": False}, 200),
+                       ("tiny_mtp_tree_lookup", "mtp", {"lookup": True, "sampler": False, "mask_gain": 0.0}, 200),
                        ("tiny_mtp_quadratic", "mtp", {"mtp_layout": "quadratic", "candidates": 0}, 200),
                        ("tiny_mtp_linear", "mtp", {"mtp_layout": "linear", "masks": 2, "candidates": 8}, 200),
                        ("tiny_mtp_hybrid", "hybrid", {}, 200)]
@@ -223,7 +224,8 @@ def tiny_engine(folder: Path, adapter: bool = False) -> Engine:
 
 
 def random_adapter(model: Path, path: Path) -> str:
-    """A seeded adapter (k = 3, LoRA rank 4, sampler head) with every part moved away from its initial value."""
+    """A seeded adapter (k = 3, LoRA rank 4, sampler head) with every part moved away from its initial value (the
+    sampler's norm too, so that a port that drops its weight shows)."""
     import torch
     from mtpedge.models.loading import load_model
     from mtpedge.models.mtp_adapter import MtpAdapter, MtpConfig
@@ -236,6 +238,7 @@ def random_adapter(model: Path, path: Path) -> str:
         for module in adapter.lora.values():
             module.lora_B.normal_(std=0.05)
         adapter.sampler.fc2.weight.normal_(std=0.05)
+        adapter.sampler.norm.weight.uniform_(0.5, 1.5)
     save_checkpoint(path, MtpTrainer(adapter, TrainConfig()), {"name": "tiny"}, {})
     return str(path)
 

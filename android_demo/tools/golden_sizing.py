@@ -41,9 +41,10 @@ def size_cases(rng: np.random.Generator) -> list:
         spc, fixed = int(rng.integers(1, 5)), int(rng.integers(1, 5))
         host = HostCost(float(rng.choice([0.0, 0.002, 0.01])), float(rng.choice([0.0, 0.0001])))
         s = scores(rng, int(rng.integers(0, 20)))
+        size = size_tree(s, table(seconds), spc, fixed, host)
         cases.append({"seconds": {str(w): v for w, v in seconds.items()}, "scores": s.tolist(),
                       "slots_per_candidate": spc, "fixed_slots": fixed, "host_fixed": host.fixed,
-                      "host_per_slot": host.per_slot, "size": size_json(size_tree(s, table(seconds), spc, fixed, host))})
+                      "host_per_slot": host.per_slot, "size": size_json(size)})
     return cases
 
 
@@ -51,8 +52,9 @@ def sizer_runs(rng: np.random.Generator) -> list:
     """Whole StepSizer runs: each step sizes a candidate list at a scripted time, then observes its outcome."""
     runs = []
     for seconds in TABLES:
-        times, now = [], 0.0
-        sizer = StepSizer(table(seconds), clock=lambda: times[-1])
+        times: list[float] = []
+        now = 0.0
+        sizer = StepSizer(table(seconds), clock=lambda times=times: times[-1])
         spc, fixed = int(rng.integers(1, 4)), int(rng.integers(1, 3))
         steps = []
         for _ in range(30):

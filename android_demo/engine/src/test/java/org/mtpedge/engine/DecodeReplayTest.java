@@ -121,6 +121,16 @@ public class DecodeReplayTest {
         }
 
         @Override
+        public boolean loraOnSlots() {
+            return inner.loraOnSlots();
+        }
+
+        @Override
+        public StepSizer sizer() {
+            return inner.sizer();
+        }
+
+        @Override
         public void observe(DraftTree tree, GraphOutput out, int[] path) {
             trees.add(tree);
             paths.add(path.clone());
