@@ -4,8 +4,9 @@ Per graph call: the chosen width, n_past, positions, the attention bias (as zero
 each input embedding row, the LoRA gate (adapter bundles), and the outputs as top-k logits + each row's
 log-sum-exp (the full rows are 49152 floats), the mask slots' hidden states (the mtp drafter's recordings, base64
 float32) and the call's seconds (a cost-aware drafter's recordings, see below). Per decode step: the drafter's
-tree, and the slots each commit gathered. Plus the prompt's and the committed tokens' embedding rows (base64 float32), so that mask embeddings
-can be recomputed in Java, and the bundle's adapter files (learned masks, sampler head) as they are.
+tree, and the slots each commit gathered. Plus the prompt's and the committed tokens' embedding rows (base64
+float32), so that mask embeddings can be recomputed in Java, and the bundle's adapter files (learned masks,
+sampler head) as they are.
 
 Recordings of a drafter that sizes its trees run it over a cost table written into the recording, with a clock
 that ticks CLOCK_STEP seconds per reading and graph calls that report the table's seconds for their width (a
