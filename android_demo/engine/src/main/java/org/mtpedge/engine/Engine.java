@@ -29,6 +29,7 @@ public final class Engine implements AutoCloseable {
      */
     public CostTable costTable;
     private final GraphRunner runner;
+    private final boolean adapterGraphs; // the graphs take a lora_gate input
     private final Rope rope;
     private int graphCalls;
     private double graphSeconds;
@@ -53,6 +54,7 @@ public final class Engine implements AutoCloseable {
         this.cache = new KvCache(cfg.numLayers, cfg.numKvHeads, context, cfg.headDim);
         this.templates = TreeTemplates.fromExtras(manifest.extras);
         this.folder = folder;
+        this.adapterGraphs = manifest.adapterGraphs();
     }
 
     public int graphCalls() {
@@ -92,7 +94,7 @@ public final class Engine implements AutoCloseable {
         }
         GraphEntry entry = manifest.entryFor(n);
         float[] feedGate = null;
-        if (manifest.adapterGraphs()) {
+        if (adapterGraphs) {
             feedGate = gate != null ? gate : new float[n];
         } else if (gate != null) {
             for (float g : gate) {
