@@ -1,23 +1,33 @@
 """Record short decodes of the real SmolLM2 bundle (plain greedy and each drafter) for the Java replay test.
 
 Per graph call: the chosen width, n_past, positions, the attention bias (as zero runs per row), a fingerprint of
-each input embedding row, and the outputs as top-k logits + each row's log-sum-exp (the full rows are 49152
-floats). Per decode step: the drafter's tree, and the slots each commit gathered. Plus the prompt's and the
-committed tokens' embedding rows (base64 float32), so that mask embeddings can be recomputed in Java.
+each input embedding row, the LoRA gate (adapter bundles), and the outputs as top-k logits + each row's
+log-sum-exp (the full rows are 49152 floats), the mask slots' hidden states (the mtp drafter's recordings, base64
+float32) and the call's seconds (a cost-aware drafter's recordings, see below). Per decode step: the drafter's
+tree, and the slots each commit gathered. Plus the prompt's and the committed tokens' embedding rows (base64
+float32), so that mask embeddings can be recomputed in Java, and the bundle's adapter files (learned masks,
+sampler head) as they are.
+
+Recordings of a drafter that sizes its trees run it over a cost table written into the recording, with a clock
+that ticks CLOCK_STEP seconds per reading and graph calls that report the table's seconds for their width (a
+simulated device), so that the Java replay feeds its sizer the same times and the files stay reproducible.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import itertools
 import json
 import logging
+import shutil
 import tempfile
 from pathlib import Path
 
 import mtpedge.runtime.generate as generate_module
 import numpy as np
 from golden_common import RopePositions, f32, output, write, zero_runs
+from mtpedge.runtime.cost_table import CostTable
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import generate
 from mtpedge.runtime.tree import SLOT
@@ -35,16 +45,32 @@ RECORDINGS = [("plain", None, {}, 24)]
 TINY_PROMPT = "Questions? Answers! Lists: one, two, three."
 TINY_RECORDINGS = [("tiny_plain", None, {}, 200), ("tiny_lookup", "lookup", {}, 200),
                    ("tiny_hybrid", "hybrid", {"masks": 2}, 200), ("tiny_esp", "esp", {"masks": 1}, 200)]
+# cost-aware trees on the tiny model: a CPU-like table (a wide call costs several narrow ones), so that the trees
+# shrink to what their candidates pay for
+CLOCK_STEP = 0.01
+TINY_SIZED_RECORDINGS = [("tiny_lookup_sized", "lookup", {}, 200, {1: 0.010, 8: 0.012, 16: 0.030}),
+                         ("tiny_hybrid_sized", "hybrid", {"masks": 2}, 200, {1: 0.002, 8: 0.004, 16: 0.012})]
+# the tiny model with a random multi-token adapter (k = 3 learned masks, gated LoRA of rank 4, a sampler head; every
+# part away from its initial value, as tests/test_mtp_decode.py makes it): the mtp drafter's layouts, and ESP / the
+# hybrid with the adapter's learned masks (their default on such a bundle) and its gate on at the mask slots.
+# candidates 8 / 0: the sampler head's shortlist stays inside the recorded top-16 logits of a row (0 = no shortlist);
+# mask_gain 0 gives few mask owners, so that accepted paths end below them (the next drafts skip the used masks)
+TINY_MTP_RECORDINGS = [("tiny_mtp_tree", "mtp", {"candidates": 8}, 200),
+                       ("tiny_mtp_tree_lookup", "mtp", {"lookup": True, "sampler": False, "mask_gain": 0.0}, 200),
+                       ("tiny_mtp_quadratic", "mtp", {"mtp_layout": "quadratic", "candidates": 0}, 200),
+                       ("tiny_mtp_linear", "mtp", {"mtp_layout": "linear", "masks": 2, "candidates": 8}, 200),
+                       ("tiny_mtp_hybrid", "hybrid", {}, 200)]
 
 
 def drafter_recordings() -> list:
     """(name, drafter registry name, options, new tokens) for every drafter this runtime has."""
     from mtpedge.runtime.drafters import DRAFTERS
-    # mask_init "mean" named: the default bundle now carries learned masks (the Python default), which the
-    # app does not read yet (android_demo/README.md); the replay checks the inits both sides have
+    # the default bundle carries learned masks (k = 1), the default of ESP and the hybrid ("_learned"); the others
+    # name the vocab mean, the init of a bundle without them
     wanted = [("esp_static", "esp", {"masks": 1, "tree": "static", "mask_init": "mean"}),
               ("esp_dynamic", "esp", {"masks": 2, "tree": "dynamic", "mask_init": "mean"}),
-              ("lookup", "lookup", {}), ("hybrid", "hybrid", {"mask_init": "mean"})]
+              ("lookup", "lookup", {}), ("hybrid", "hybrid", {"mask_init": "mean"}),
+              ("hybrid_learned", "hybrid", {}), ("esp_learned", "esp", {})]
     return [(name, key, options, 40) for name, key, options in wanted if key in DRAFTERS]
 
 
@@ -66,14 +92,27 @@ def recording(engine: Engine, drafter):
     original_commit = engine.cache.commit_accepted_kv
     original_verify = generate_module.verify_tree
 
+    sizer = getattr(drafter, "sizer", None)
+
     def run(entry, feeds, n_real):
         out = original_run(entry, feeds, n_real)
         embeds = feeds["inputs_embeds"][0, :n_real].astype(np.float64)
-        calls.append({"width": entry.width, "n_real": n_real, "n_past": engine.cache.n_past,
-                      "positions": positions_of(feeds),
-                      "bias_zero_runs": [zero_runs(r) for r in feeds["attention_bias"][0, 0]],
-                      "embed_sums": embeds.sum(axis=1).tolist(), "embed_sumsq": (embeds ** 2).sum(axis=1).tolist(),
-                      "logits": top_rows(out.logits)})
+        call = {"width": entry.width, "n_real": n_real, "n_past": engine.cache.n_past,
+                "positions": positions_of(feeds),
+                "bias_zero_runs": [zero_runs(r) for r in feeds["attention_bias"][0, 0]],
+                "embed_sums": embeds.sum(axis=1).tolist(), "embed_sumsq": (embeds ** 2).sum(axis=1).tolist(),
+                "logits": top_rows(out.logits)}
+        if sizer is not None:  # a simulated device whose calls cost what its table says (reproducible bytes)
+            out.seconds = call["seconds"] = sizer.costs.cost(entry.width)
+        if "lora_gate" in feeds:  # the slots whose gate is on (padding must be off)
+            gate = feeds["lora_gate"][0]
+            assert not gate[n_real:].any(), "a padding slot has the LoRA gate on"
+            call["gate_on"] = np.flatnonzero(gate[:n_real]).tolist()
+        if out.hidden is not None and drafter is not None and drafter.name == "mtp":  # only mtp reads them
+            rows = call.get("gate_on", list(range(n_real)))  # its mask slots, where its LoRA is on
+            call["hidden_rows"] = rows
+            call["hidden"] = base64.b64encode(np.asarray(out.hidden[rows], "<f4").tobytes()).decode()
+        calls.append(call)
         return out
 
     def commit(new_keys, new_values, slots):
@@ -98,10 +137,19 @@ def recording(engine: Engine, drafter):
 
 
 def record(engine: Engine, name: str, drafter_key: str | None, options: dict, max_new: int, model: str = "smollm2",
-           text: str = PROMPT, on_overflow: str = "error") -> dict:
+           text: str = PROMPT, on_overflow: str = "error", costs: dict[int, float] | None = None) -> dict:
     from mtpedge.runtime.drafters import make_drafter
     prompt = engine.tokenizer.encode_chat([{"role": "user", "content": text}])
-    drafter = make_drafter(drafter_key, engine, **options) if drafter_key else None
+    m = engine.manifest
+    table = None if costs is None else CostTable(costs, m.model_name, m.source_sha256, m.context, "golden", "golden")
+    engine.cost_table = table
+    try:
+        drafter = make_drafter(drafter_key, engine, **options) if drafter_key else None
+    finally:
+        engine.cost_table = None
+    if table is not None:
+        ticks = itertools.count()
+        drafter.sizer.clock = lambda: next(ticks) * CLOCK_STEP
     with recording(engine, drafter) as (calls, commits, trees):
         result = generate(engine, prompt, max_new_tokens=max_new, drafter=drafter, on_overflow=on_overflow)
     committed = sorted(set(prompt) | set(result.token_ids) | {t["tokens"][0] for t in trees})
@@ -115,7 +163,9 @@ def record(engine: Engine, name: str, drafter_key: str | None, options: dict, ma
             "max_new_tokens": max_new, "top_k": TOP_K, "token_ids": result.token_ids,
             "finish_reason": result.stats.finish_reason, "decode_calls": result.stats.decode_calls,
             "accepted_per_call": {str(k): v for k, v in sorted(result.stats.accepted_histogram.items())},
-            "calls": calls, "commits": commits, "trees": trees, "embedding_ids": committed}
+            "calls": calls, "commits": commits, "trees": trees, "embedding_ids": committed,
+            **({} if table is None else {"cost_table": table.to_json(), "clock_step": CLOCK_STEP,
+                                         "sizing": result.stats.sizing})}
 
 
 def write_model(engine: Engine, model: str, recordings: list, sparse: bool, **record_options) -> list[str]:
@@ -126,8 +176,9 @@ def write_model(engine: Engine, model: str, recordings: list, sparse: bool, **re
     write(f"manifest_{model}.json", data)
     needed: set[int] = set()
     names = []
-    for name, key, options, max_new in recordings:
-        recording = record(engine, name, key, options, max_new, model=model, **record_options)
+    for name, key, options, max_new, *costs in recordings:
+        recording = record(engine, name, key, options, max_new, model=model, costs=costs[0] if costs else None,
+                           **record_options)
         needed |= set(recording["embedding_ids"])
         write(f"decode_{name}.json", recording)
         names.append(f"decode_{name}.json")
@@ -143,15 +194,54 @@ def write_model(engine: Engine, model: str, recordings: list, sparse: bool, **re
     rows = base64.b64encode(table[ids].astype("<f4").tobytes()).decode()
     mean = table.astype(np.float64).mean(axis=0).tolist()
     write(f"embeddings_{model}.json", {"ids": ids, "rows": rows, "mean": mean})
+    copy_adapter_files(engine, model)
     return names
 
 
-def tiny_engine(folder: Path) -> Engine:
+def copy_adapter_files(engine: Engine, model: str) -> None:
+    """The files the manifest's extras["mtp"] names (learned masks, sampler head, unembedding), byte for byte, into
+    bundle_<model>/: the Java engine reads them with its own .npy / .npz reader, as the app does."""
+    extras = engine.manifest.extras.get("mtp") or {}
+    names = [extras.get(key) for key in ("masks_file", "sampler_file", "unembedding")]
+    names = [n for n in names if n and n != "embeddings"]
+    if not names:
+        return
+    folder = output() / f"bundle_{model}"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        shutil.copyfile(engine.folder / name, folder / name)
+        log.info("copied %s (%d KB)", f"bundle_{model}/{name}", (folder / name).stat().st_size // 1024)
+
+
+def tiny_engine(folder: Path, adapter: bool = False) -> Engine:
+    """The seeded tiny LLaMA exported for a 64-position context; with `adapter`, with a random multi-token adapter."""
     from mtpedge.export.bundle_writer import ExportConfig, export_bundle
     from mtpedge.models.tiny import make_tiny_model
     model = make_tiny_model("llama", folder / "model", seed=0)
-    config = ExportConfig(context=64, prefill_width=16, decode_widths=(1, 8, 16), check_parity=False)
+    checkpoint = random_adapter(model, folder / "adapter.pt") if adapter else None
+    config = ExportConfig(context=64, prefill_width=16, decode_widths=(1, 8, 16), check_parity=False,
+                          mtp_adapter=checkpoint)
     return Engine.load(export_bundle(model, folder / "bundle", config), threads=1)
+
+
+def random_adapter(model: Path, path: Path) -> str:
+    """A seeded adapter (k = 3, LoRA rank 4, sampler head) with every part moved away from its initial value (the
+    sampler's norm too, so that a port that drops its weight shows)."""
+    import torch
+    from mtpedge.models.loading import load_model
+    from mtpedge.models.mtp_adapter import MtpAdapter, MtpConfig
+    from mtpedge.models.mtp_training import MtpTrainer, TrainConfig, save_checkpoint
+
+    torch.manual_seed(0)
+    adapter = MtpAdapter(load_model(model).decoder, MtpConfig(k=3, rank=4, sampler=True))
+    with torch.no_grad():
+        adapter.masks.normal_()
+        for module in adapter.lora.values():
+            module.lora_B.normal_(std=0.05)
+        adapter.sampler.fc2.weight.normal_(std=0.05)
+        adapter.sampler.norm.weight.uniform_(0.5, 1.5)
+    save_checkpoint(path, MtpTrainer(adapter, TrainConfig()), {"name": "tiny"}, {})
+    return str(path)
 
 
 def write_all(bundle: str) -> None:
@@ -163,15 +253,16 @@ def write_all(bundle: str) -> None:
         names |= set(write_model(engine, "smollm2", RECORDINGS + drafter_recordings(), sparse=True))
     else:
         log.warning("no SmolLM2 bundle at %s: its recorded decodes are kept as they are", bundle)
-    with tempfile.TemporaryDirectory(prefix="mtpedge-golden-tiny-") as tmp:
-        try:
-            engine = tiny_engine(Path(tmp))
-        except ImportError as err:  # exporting needs torch (the export extras)
-            log.warning("cannot export the tiny model (%s missing): its recorded decodes are kept", err.name)
-            engine = None
-        if engine is not None:
-            tiny = [r for r in TINY_RECORDINGS if r[1] is None or r[1] in _drafters()]
-            names |= set(write_model(engine, "tiny", tiny, sparse=False, text=TINY_PROMPT, on_overflow="stop"))
+    for model, adapter, recordings in (("tiny", False, TINY_RECORDINGS + TINY_SIZED_RECORDINGS),
+                                       ("tiny_mtp", True, TINY_MTP_RECORDINGS)):
+        with tempfile.TemporaryDirectory(prefix="mtpedge-golden-tiny-") as tmp:
+            try:
+                engine = tiny_engine(Path(tmp), adapter)
+            except ImportError as err:  # exporting needs torch (the export extras)
+                log.warning("cannot export the tiny model (%s missing): its recorded decodes are kept", err.name)
+                continue
+            wanted = [r for r in recordings if r[1] is None or r[1] in _drafters()]
+            names |= set(write_model(engine, model, wanted, sparse=False, text=TINY_PROMPT, on_overflow="stop"))
     write("decodes.json", {"files": sorted(names)})
 
 

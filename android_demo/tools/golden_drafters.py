@@ -1,5 +1,6 @@
-"""Golden cases for the Java drafter port: the pure tree builders, n-gram lookup, acceptance rates and mask
-embeddings of the Python runtime, on small random inputs with deliberate ties and repeats."""
+"""Golden cases for the Java drafter port: the pure tree builders (ESP's, and the mtp drafter's expansion pools and
+mask owners), n-gram lookup, acceptance rates and mask embeddings of the Python runtime, on small random inputs
+with deliberate ties and repeats."""
 
 from __future__ import annotations
 
@@ -12,8 +13,13 @@ from mtpedge.runtime.tree_build import (
     attach_mask_slots,
     chain_pool,
     concat_pools,
+    expansion_pool,
+    mask_owners_by_value,
     mask_pool,
+    mask_slot_index,
     select_tree,
+    select_tree_scored,
+    select_tree_with_owners,
     softmax_rows,
     static_tree,
     top_tokens,
@@ -70,7 +76,8 @@ def tree_cases(rng: np.random.Generator) -> dict:
                       "chains": [c.tolist() for c in chains], "chain_scores": [s.tolist() for s in chain_scores],
                       "chain_pool": pool_json(chain), "merged": pool_json(merged)})
         selects.append({"pool": pool_json(merged), "budget": budget, "tokens": tokens.tolist(),
-                        "parents": parents.tolist(), "chosen": chosen.tolist()})
+                        "parents": parents.tolist(), "chosen": chosen.tolist(),
+                        "scores": select_tree_scored(*merged, budget)[3].tolist()})
     for _ in range(10):
         n = int(rng.integers(1, 6))
         parents = np.array([-1] + [int(rng.integers(0, i)) for i in range(1, n)])
@@ -131,4 +138,55 @@ def mask_cases(rng: np.random.Generator) -> dict:
 
 def write_all() -> None:
     rng = np.random.default_rng(7)
-    write("drafters.json", {"trees": tree_cases(rng), "ngram": ngram_cases(rng), "masks": mask_cases(rng)})
+    write("drafters.json", {"trees": tree_cases(rng), "ngram": ngram_cases(rng), "masks": mask_cases(rng),
+                            "owners": owner_cases(np.random.default_rng(8))})
+
+
+def expansion_table(rng: np.random.Generator, vocab: int, depths: int, branch: int) -> list:
+    """next[depth][token] = (the `branch` best next tokens, their probabilities): a drafter's expand step as a table."""
+    table = []
+    for _ in range(depths):
+        rows = []
+        for _ in range(vocab):
+            probs = softmax_rows(tied_logits(rng, 1, vocab))[0]
+            best = top_tokens(probs, branch)
+            rows.append({"tokens": best.tolist(), "probs": probs[best].tolist()})
+        table.append(rows)
+    return table
+
+
+def owner_cases(rng: np.random.Generator) -> dict:
+    """The mtp drafter's tree builders: expansion pools, mask owners by value, trees with owners, owned slots."""
+    expansions, owners, owned, slots = [], [], [], []
+    for _ in range(20):
+        vocab, depths, branch = int(rng.integers(4, 12)), int(rng.integers(1, 4)), int(rng.integers(1, 5))
+        table = expansion_table(rng, vocab, depths, branch)
+
+        def expand(depth, parents, table=table):
+            rows = [table[depth][int(t)] for t in parents]
+            return np.array([r["tokens"] for r in rows]), np.array([r["probs"] for r in rows])
+
+        root, keep = int(rng.integers(0, vocab)), int(rng.integers(1, 10))
+        pool = expansion_pool(root, expand, depths, keep)
+        expansions.append({"vocab": vocab, "next": table, "root": root, "depths": depths, "keep": keep,
+                           "pool": pool_json(pool)})
+        width, k, gain = int(rng.integers(4, 20)), int(rng.integers(1, 4)), float(rng.choice([0.0, 0.5, 1.0, 2.0]))
+        if width - k < 1:
+            continue
+        chains = [rng.integers(0, vocab, size=int(rng.integers(1, 5))) for _ in range(int(rng.integers(0, 3)))]
+        chain_scores = [np.cumprod(rng.uniform(0.2, 0.9, size=c.size)) / (r + 1) for r, c in enumerate(chains)]
+        merged = concat_pools(chain_pool(root, chains, chain_scores), pool)
+        tokens, parents, chosen, scores = select_tree_scored(*merged, width - k)
+        kept, mask_owners = mask_owners_by_value(parents, scores, width, k, gain)
+        owners.append({"parents": parents.tolist(), "scores": scores.tolist(), "width": width, "k": k, "gain": gain,
+                       "kept": kept.tolist(), "owners": mask_owners.tolist()})
+        t, p, c, o = select_tree_with_owners(merged, width, k, gain)
+        owned.append({"pool": pool_json(merged), "width": width, "k": k, "gain": gain, "tokens": t.tolist(),
+                      "parents": p.tolist(), "chosen": c.tolist(), "owners": o.tolist()})
+        tree = attach_mask_slots(t, p, k, o)
+        slots.append({"tokens": t.tolist(), "parents": p.tolist(), "k": k, "owners": o.tolist(),
+                      "tree_tokens": tree.tokens.tolist(), "tree_parents": tree.parents.tolist(),
+                      "slot_index": [None if (s := mask_slot_index(t.size, node, k, o)) is None else int(s[0])
+                                     for node in range(t.size)]})
+    return {"expansion_pools": expansions, "owners_by_value": owners, "trees_with_owners": owned,
+            "owned_slots": slots}

@@ -14,6 +14,7 @@ are regenerated and the Java port follows. Files go to android_demo/engine/src/t
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import shutil
 import sys
@@ -36,7 +37,7 @@ from tokenizers import Tokenizer, models
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import golden_decode  # noqa: E402  (the real-model recording, kept in its own module)
 import golden_tokenizer  # noqa: E402
-from golden_common import RopePositions, f32, log, set_output, write, zero_runs  # noqa: E402
+from golden_common import COMMITTED, RopePositions, f32, log, output, set_output, write, zero_runs  # noqa: E402
 
 
 def random_parents(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -224,6 +225,10 @@ def main() -> None:
         log.warning("this mtpedge has no drafters (runtime/tree_build.py): drafter golden cases not written")
     if args.decode:
         golden_decode.write_all(args.bundle)
+    if drafters_available():  # after the decodes: the cost tables are checked against the tiny model's manifest
+        import golden_sizing
+        manifest = output() / "manifest_tiny.json"
+        golden_sizing.write_all(json.loads((manifest if manifest.is_file() else COMMITTED / manifest.name).read_text()))
 
 
 if __name__ == "__main__":

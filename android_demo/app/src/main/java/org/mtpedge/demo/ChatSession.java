@@ -6,6 +6,8 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.function.BooleanSupplier;
 
+import org.mtpedge.engine.CostMeasure;
+import org.mtpedge.engine.CostTable;
 import org.mtpedge.engine.Drafter;
 import org.mtpedge.engine.EmbeddingTable;
 import org.mtpedge.engine.Engine;
@@ -49,9 +51,40 @@ final class ChatSession implements AutoCloseable {
         ChatFormat format = new ChatFormat(manifest.chatTemplate);
         EmbeddingTable embeddings = EmbeddingTable.open(folder.toPath().resolve(manifest.embeddingsFile));
         OrtGraphRunner runner = OrtGraphRunner.open(folder, manifest, useQnn, threads);
-        Engine engine = new Engine(manifest, embeddings, runner);
-        String description = manifest.modelName + " · context " + manifest.context + " · " + runner.describe();
+        Engine engine = new Engine(manifest, embeddings, runner, folder.toPath());
+        String costs = attachCostTable(engine, folder, useQnn, runner.describe());
+        String description = manifest.modelName + " · context " + manifest.context + " · " + runner.describe() + " · "
+                + costs;
         return new ChatSession(engine, tokenizer, format, description);
+    }
+
+    /** The profile file pushed into the bundle folder (`mtpedge hub profile --cost-file`), checked against it. */
+    static final String COST_FILE = "cost_table.json";
+
+    /**
+     * The cost table the lookup and hybrid drafters size their trees with (as `mtpedge generate --cost-model`):
+     * the bundle's profile file when it fits the bundle; else flat on the NPU (every width costs the same) and
+     * measured here on the CPU. Returns what was chosen, for the description line.
+     */
+    private static String attachCostTable(Engine engine, File folder, boolean useQnn, String device) {
+        String problem = null;
+        File file = new File(folder, COST_FILE);
+        if (file.isFile()) {
+            try {
+                CostTable table = CostTable.load(file.toPath());
+                problem = table.check(engine.manifest);
+                if (problem == null) {
+                    engine.costTable = table;
+                    return "costs: " + COST_FILE + " (" + table.origin + ")";
+                }
+            } catch (CostTable.CostTableException err) {
+                problem = err.getMessage();
+            }
+        }
+        engine.costTable = useQnn ? CostTable.flat(engine.manifest)
+                : CostMeasure.measure(engine, CostMeasure.REPEATS, CostMeasure.WARMUP, device);
+        return "costs: " + engine.costTable.origin + (problem == null ? "" : " (" + COST_FILE + " ignored: " + problem
+                + ")");
     }
 
     /** Generate the assistant's reply to {@code userText}; the conversation keeps both turns. */

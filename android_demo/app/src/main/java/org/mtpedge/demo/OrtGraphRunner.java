@@ -93,6 +93,10 @@ final class OrtGraphRunner implements GraphRunner {
                     new long[] {1, 1, width, half})));
             feeds.put("rope_sin", own(owned, OnnxTensor.createTensor(env, FloatBuffer.wrap(ropeSin),
                     new long[] {1, 1, width, half})));
+            if (inputs.loraGate != null) { // a bundle with a multi-token adapter: 1 at its mask slots
+                feeds.put("lora_gate", own(owned, OnnxTensor.createTensor(env, FloatBuffer.wrap(inputs.loraGate),
+                        new long[] {1, width})));
+            }
             for (int l = 0; l < cache.numLayers; l++) {
                 feeds.put("past_key_" + l, own(owned, OnnxTensor.createTensor(env, cache.keys(l), kvShape)));
                 feeds.put("past_value_" + l, own(owned, OnnxTensor.createTensor(env, cache.values(l), kvShape)));
@@ -110,7 +114,12 @@ final class OrtGraphRunner implements GraphRunner {
                     newKeys[l] = tensor(result, "new_key_" + l).getFloatBuffer(); // copies: they outlive the result
                     newValues[l] = tensor(result, "new_value_" + l).getFloatBuffer();
                 }
-                return new GraphOutput(n, vocab, logits, width, newKeys, newValues, seconds);
+                float[] hiddenStates = null;
+                if (result.get("hidden_states").isPresent()) { // adapter graphs: the sampler head's input
+                    hiddenStates = new float[n * hidden];
+                    tensor(result, "hidden_states").getFloatBuffer().get(hiddenStates);
+                }
+                return new GraphOutput(n, vocab, logits, width, newKeys, newValues, seconds, hiddenStates);
             }
         } catch (OrtException err) {
             throw new IllegalStateException("graph " + graph.name + " failed: " + err.getMessage(), err);

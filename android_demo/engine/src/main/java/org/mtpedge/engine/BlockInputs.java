@@ -17,21 +17,32 @@ public final class BlockInputs {
     public final long[] positions;
     /** Row-major (W, C + W). */
     public final float[] attentionBias;
+    /**
+     * lora_gate (1, W) of a bundle exported with a multi-token adapter (1 = a mask slot, the gated LoRA on; 0 at
+     * token nodes and padding); null when the graphs have no such input.
+     */
+    public final float[] loraGate;
 
-    private BlockInputs(int width, int context, int realSlots, long[] positions, float[] attentionBias) {
+    private BlockInputs(int width, int context, int realSlots, long[] positions, float[] attentionBias,
+                        float[] loraGate) {
         this.width = width;
         this.context = context;
         this.realSlots = realSlots;
         this.positions = positions;
         this.attentionBias = attentionBias;
+        this.loraGate = loraGate;
     }
 
     public static BlockInputs build(int[] parents, int nPast, int width, int context, float maskValue) {
-        return build(TreeLayout.of(parents), nPast, width, context, maskValue);
+        return build(TreeLayout.of(parents), nPast, width, context, maskValue, null);
     }
 
-    /** The inputs of a block laid out as {@code layout} (a bundle template's, or one computed from parents). */
-    public static BlockInputs build(TreeLayout layout, int nPast, int width, int context, float maskValue) {
+    /**
+     * The inputs of a block laid out as {@code layout} (a bundle template's, or one computed from parents);
+     * {@code gate}: the LoRA gate of the n real slots, or null for graphs without a lora_gate input.
+     */
+    public static BlockInputs build(TreeLayout layout, int nPast, int width, int context, float maskValue,
+                                    float[] gate) {
         int n = layout.depth.length;
         if (n > width) {
             throw new IllegalArgumentException("a block of " + n + " slots does not fit a graph of width " + width);
@@ -60,6 +71,7 @@ public final class BlockInputs {
         for (int i = n; i < width; i++) {
             bias[i * columns + context + i] = 0f;
         }
-        return new BlockInputs(width, context, n, positions, bias);
+        float[] paddedGate = gate == null ? null : java.util.Arrays.copyOf(gate, width);
+        return new BlockInputs(width, context, n, positions, bias, paddedGate);
     }
 }

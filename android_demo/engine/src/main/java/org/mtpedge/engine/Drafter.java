@@ -14,6 +14,16 @@ public interface Drafter {
 
     void observe(DraftTree tree, GraphOutput out, int[] path);
 
+    /** Gate 1 at SLOT nodes (an adapter's learned masks trained with its LoRA), 0 at token nodes. */
+    default boolean loraOnSlots() {
+        return false;
+    }
+
+    /** The drafter's per-step tree sizing over the engine's cost table, or null (its trees fill their width). */
+    default StepSizer sizer() {
+        return null;
+    }
+
     /** A drafter's answer: a tree and its slot embeddings. */
     final class Proposal {
         public final DraftTree tree;

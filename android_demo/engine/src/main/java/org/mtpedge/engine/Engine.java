@@ -1,5 +1,6 @@
 package org.mtpedge.engine;
 
+import java.nio.file.Path;
 import java.util.Arrays;
 
 /**
@@ -20,12 +21,25 @@ public final class Engine implements AutoCloseable {
     public final KvCache cache;
     /** The bundle's tree templates, checked here once: a static tree's layout is read from its template. */
     public final TreeTemplates templates;
+    /** The bundle folder, where drafters find the files the manifest's extras name (learned masks, sampler head). */
+    public final Path folder;
+    /**
+     * What a call of each decode width costs on this device (a profile's file, or {@link CostTable#flat}); drafters
+     * that size their trees read it when they are made (null: their trees fill their width).
+     */
+    public CostTable costTable;
     private final GraphRunner runner;
+    private final boolean adapterGraphs; // the graphs take a lora_gate input
     private final Rope rope;
     private int graphCalls;
     private double graphSeconds;
 
     public Engine(Manifest manifest, Embeddings embeddings, GraphRunner runner) {
+        this(manifest, embeddings, runner, null);
+    }
+
+    /** folder: the bundle's folder (null: a bundle without extra files; drafters that need one refuse it). */
+    public Engine(Manifest manifest, Embeddings embeddings, GraphRunner runner, Path folder) {
         DecoderConfig cfg = manifest.config;
         if (embeddings.rows() != cfg.vocabSize || embeddings.dim() != cfg.hiddenSize) {
             throw new BundleException("embedding table has shape (" + embeddings.rows() + ", " + embeddings.dim()
@@ -39,6 +53,8 @@ public final class Engine implements AutoCloseable {
         this.rope = new Rope(cfg.rope, cfg.headDim);
         this.cache = new KvCache(cfg.numLayers, cfg.numKvHeads, context, cfg.headDim);
         this.templates = TreeTemplates.fromExtras(manifest.extras);
+        this.folder = folder;
+        this.adapterGraphs = manifest.adapterGraphs();
     }
 
     public int graphCalls() {
@@ -62,6 +78,14 @@ public final class Engine implements AutoCloseable {
      * nothing is committed.
      */
     public GraphOutput runBlock(float[] embeds, int[] parents) {
+        return runBlock(embeds, parents, null);
+    }
+
+    /**
+     * As {@link #runBlock(float[], int[])}, with the adapter's LoRA gate per slot (null: all 0, the base model).
+     * Graphs of an adapter bundle always get a gate; a gate that is on anywhere is refused for other bundles.
+     */
+    public GraphOutput runBlock(float[] embeds, int[] parents, float[] gate) {
         int n = parents.length;
         int hidden = config.hiddenSize;
         if (embeds.length != n * hidden) {
@@ -69,8 +93,19 @@ public final class Engine implements AutoCloseable {
                     + embeds.length);
         }
         GraphEntry entry = manifest.entryFor(n);
+        float[] feedGate = null;
+        if (adapterGraphs) {
+            feedGate = gate != null ? gate : new float[n];
+        } else if (gate != null) {
+            for (float g : gate) {
+                if (g != 0f) {
+                    throw new BundleException("a drafter asked for the LoRA gate but this bundle's graphs have no "
+                            + "adapter: export one with `mtpedge export --mtp-adapter ADAPTER.pt`");
+                }
+            }
+        }
         BlockInputs inputs = BlockInputs.build(templates.layoutFor(parents), cache.nPast(), entry.width, context,
-                manifest.maskValue);
+                manifest.maskValue, feedGate);
         float[] padded = Arrays.copyOf(embeds, entry.width * hidden);
         float[][] tables = rope.tables(inputs.positions);
         GraphOutput out = runner.run(entry, padded, inputs, tables[0], tables[1], cache);
@@ -103,7 +138,19 @@ public final class Engine implements AutoCloseable {
     }
 
     public GraphOutput runTree(DraftTree tree, float[][] slotEmbeddings) {
-        return runBlock(treeEmbeddings(tree, slotEmbeddings), tree.parents());
+        return runTree(tree, slotEmbeddings, false);
+    }
+
+    /** loraOnSlots: gate 1 at SLOT nodes (the adapter's learned masks), 0 at token nodes. */
+    public GraphOutput runTree(DraftTree tree, float[][] slotEmbeddings, boolean loraOnSlots) {
+        float[] gate = null;
+        if (loraOnSlots) {
+            gate = new float[tree.size()];
+            for (int i = 0; i < gate.length; i++) {
+                gate[i] = tree.token(i) == DraftTree.SLOT ? 1f : 0f;
+            }
+        }
+        return runBlock(treeEmbeddings(tree, slotEmbeddings), tree.parents(), gate);
     }
 
     /** Run and commit {@code tokens} after the cache's contents in chunks of the widest graph; last token's logits. */

@@ -16,6 +16,8 @@ public final class GenerationStats {
     public final Map<Integer, Integer> acceptedHistogram = new TreeMap<>();
     public String finishReason = "";
     public String drafter = "none";
+    /** A sized drafter's predicted vs achieved tokens per second ({@link StepSizer#stats}); null otherwise. */
+    public Map<String, Object> sizing;
 
     public int forwardCalls() {
         return prefillCalls + decodeCalls;

@@ -110,7 +110,8 @@ public final class Generator {
                     }
                     engine.cache.ensureRoom(1);
                 }
-                GraphOutput out = engine.runTree(tree, proposal.slotEmbeddings);
+                GraphOutput out = engine.runTree(tree, proposal.slotEmbeddings,
+                        drafter != null && drafter.loraOnSlots());
                 stats.decodeCalls++;
                 Verifier.Result verified = Verifier.verify(tree, out, sampler);
                 int[] path = Arrays.copyOf(verified.path, Math.min(verified.path.length, engine.cache.free()));
@@ -127,6 +128,9 @@ public final class Generator {
                 int[] step = Arrays.copyOf(drafts, drafts.length + 1);
                 step[drafts.length] = root;
                 done = emit(step);
+            }
+            if (drafter != null && drafter.sizer() != null) {
+                stats.sizing = drafter.sizer().stats();
             }
             stats.newTokens = emittedSize;
             stats.elapsedSeconds = (System.nanoTime() - started) / 1e9;

@@ -15,9 +15,19 @@ public final class GraphOutput {
     public final FloatBuffer[] newValues;
     /** Time inside the graph call. */
     public final double seconds;
+    /**
+     * Row-major (rows, hidden) final-normed hidden states of the real slots (the sampler head's input): graphs of
+     * a bundle with a multi-token adapter only, else null.
+     */
+    public final float[] hidden;
 
     public GraphOutput(int rows, int vocab, float[] logits, int width, FloatBuffer[] newKeys, FloatBuffer[] newValues,
                        double seconds) {
+        this(rows, vocab, logits, width, newKeys, newValues, seconds, null);
+    }
+
+    public GraphOutput(int rows, int vocab, float[] logits, int width, FloatBuffer[] newKeys, FloatBuffer[] newValues,
+                       double seconds, float[] hidden) {
         if (logits.length != rows * vocab) {
             throw new IllegalArgumentException("logits hold " + logits.length + " values, expected " + rows + " x "
                     + vocab);
@@ -29,9 +39,23 @@ public final class GraphOutput {
         this.newKeys = newKeys;
         this.newValues = newValues;
         this.seconds = seconds;
+        if (hidden != null && (rows == 0 || hidden.length % rows != 0)) {
+            throw new IllegalArgumentException("hidden states of " + hidden.length + " values do not split into " + rows
+                    + " rows");
+        }
+        this.hidden = hidden;
     }
 
     public float[] logitsRow(int row) {
         return Arrays.copyOfRange(logits, row * vocab, (row + 1) * vocab);
+    }
+
+    /** Row {@code row} of the hidden states; the graph must have returned them (an adapter bundle). */
+    public float[] hiddenRow(int row) {
+        if (hidden == null) {
+            throw new IllegalStateException("this graph returns no hidden states: the bundle has no multi-token adapter");
+        }
+        int dim = hidden.length / rows;
+        return Arrays.copyOfRange(hidden, row * dim, (row + 1) * dim);
     }
 }

@@ -48,6 +48,14 @@ public final class KvCache {
         nPast = 0;
     }
 
+    /** Pretend {@code n} positions are filled (a cost measurement runs the graphs at the full context). */
+    void setNPast(int n) {
+        if (n < 0 || n > context) {
+            throw new IllegalArgumentException("n_past " + n + " is outside the context " + context);
+        }
+        nPast = n;
+    }
+
     /** Forget everything after the first {@code n} positions (e.g. to reuse a shared chat prefix). */
     public void truncate(int n) {
         if (n < 0 || n > nPast) {

@@ -36,11 +36,13 @@ public final class Manifest {
     /** Sorted by width, narrowest first. */
     public final List<GraphEntry> graphs;
     public final float maskValue;
+    /** SHA-256 of the source weights: what a cost table or a masks file is checked against. */
+    public final String sourceSha256;
     public final Map<String, Object> extras;
 
     private Manifest(String modelName, DecoderConfig config, int context, String tokenizerFile, Integer bosTokenId,
                      int[] eosTokenIds, String chatTemplate, boolean addBosToken, String embeddingsFile,
-                     List<GraphEntry> graphs, float maskValue, Map<String, Object> extras) {
+                     List<GraphEntry> graphs, float maskValue, String sourceSha256, Map<String, Object> extras) {
         this.modelName = modelName;
         this.config = config;
         this.context = context;
@@ -52,6 +54,7 @@ public final class Manifest {
         this.embeddingsFile = embeddingsFile;
         this.graphs = graphs;
         this.maskValue = maskValue;
+        this.sourceSha256 = sourceSha256;
         this.extras = extras;
     }
 
@@ -148,11 +151,30 @@ public final class Manifest {
                     JsonValues.stringField(data, "embeddings_file", where),
                     Collections.unmodifiableList(graphs),
                     (float) JsonValues.doubleField(data, "mask_value", where),
+                    data.containsKey("source_sha256") ? JsonValues.stringField(data, "source_sha256", where) : "",
                     extras == null ? Collections.<String, Object>emptyMap() : JsonValues.object(extras, "manifest.extras"));
         } catch (JsonException err) {
             throw new BundleException("manifest.json is malformed (" + err.getMessage() + "): re-run `mtpedge export`",
                     err);
         }
+    }
+
+    /** The multi-token adapter's extras (extras["mtp"]: k, rank, sampler, files), or null if the bundle has none. */
+    public Map<String, Object> mtpExtras() {
+        Object mtp = extras.get("mtp");
+        return mtp == null ? null : JsonValues.object(mtp, "manifest.extras.mtp");
+    }
+
+    /** Whether the graphs take the adapter's lora_gate input and return hidden_states (extras["mtp"]["adapter_graphs"]). */
+    public boolean adapterGraphs() {
+        Map<String, Object> mtp = mtpExtras();
+        return mtp != null && JsonValues.boolField(mtp, "adapter_graphs", false);
+    }
+
+    /** The distinct widths of the decode graphs, ascending. */
+    public int[] decodeWidths() {
+        return graphs.stream().filter(g -> g.kind.equals("decode")).mapToInt(g -> g.width).distinct().sorted()
+                .toArray();
     }
 
     public int maxWidth() {

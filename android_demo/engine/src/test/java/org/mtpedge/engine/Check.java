@@ -54,6 +54,11 @@ final class Check {
         }
     }
 
+    static void close(double expected, Double actual, double tolerance, String what) {
+        isTrue(actual != null && Math.abs(expected - actual) <= tolerance, what + ": expected " + expected + ", got "
+                + actual);
+    }
+
     static void close(float[] expected, float[] actual, double tolerance, String what) {
         if (expected.length != actual.length) {
             fail(what + ": expected " + expected.length + " values, got " + actual.length);

@@ -55,6 +55,26 @@ public class DecodeReplayTest {
                 + String.join("; ", failed));
     }
 
+    /** A bundle without an adapter: mtp and learned masks are refused, naming the export that makes one. */
+    public void testMtpAndLearnedMasksNeedAnAdapterBundle() {
+        Manifest manifest = Manifest.parse(Golden.text("manifest_tiny.json"));
+        DecoderConfig cfg = manifest.config;
+        Engine engine = new Engine(manifest, ReplayRunner.sparseEmbeddings("tiny", cfg.vocabSize, cfg.hiddenSize),
+                new ReplayRunner(Golden.load("decode_tiny_plain.json"), cfg.vocabSize));
+        Map<String, String> learned = new HashMap<>();
+        learned.put("mask_init", "learned");
+        for (String[] spec : new String[][] {{"mtp", ""}, {"hybrid", "learned"}, {"esp", "learned"}}) {
+            try {
+                Drafters.make(spec[0], engine, spec[1].isEmpty() ? new HashMap<>() : learned);
+                throw new AssertionError(spec[0] + " was made on a bundle without an adapter");
+            } catch (BundleException err) {
+                Check.isTrue(err.getMessage().contains("--mtp-adapter"), err.getMessage());
+            }
+        }
+        Check.equal("mean", org.mtpedge.engine.drafters.MaskSettings.resolve(engine, null, 1, null).init,
+                "default mask init without learned masks");
+    }
+
     /** Cancellation is polled between steps: the tokens so far are kept, a prefix of the uncancelled run's. */
     public void testCancellationStopsBetweenSteps() {
         Map<String, Object> recording = Golden.load("decode_tiny_plain.json");
@@ -101,6 +121,16 @@ public class DecodeReplayTest {
         }
 
         @Override
+        public boolean loraOnSlots() {
+            return inner.loraOnSlots();
+        }
+
+        @Override
+        public StepSizer sizer() {
+            return inner.sizer();
+        }
+
+        @Override
         public void observe(DraftTree tree, GraphOutput out, int[] path) {
             trees.add(tree);
             paths.add(path.clone());
@@ -116,8 +146,18 @@ public class DecodeReplayTest {
         DecoderConfig cfg = manifest.config;
         ReplayRunner runner = new ReplayRunner(recording, cfg.vocabSize);
         Engine engine = new Engine(manifest, ReplayRunner.sparseEmbeddings(model, cfg.vocabSize, cfg.hiddenSize),
-                runner);
+                runner, Golden.folder("bundle_" + model));
+        if (recording.containsKey("cost_table")) { // a cost-aware drafter, on the table it was recorded with
+            engine.costTable = CostTable.fromJson(recording.get("cost_table"),
+                    file + " cost table");
+        }
         Drafter drafter = makeDrafter.apply(engine);
+        if (recording.containsKey("clock_step")) {
+            Check.isTrue(drafter.sizer() != null, file + ": the drafter made no sizer from the engine's cost table");
+            double step = Golden.number(recording, "clock_step");
+            int[] ticks = {0};
+            drafter.sizer().useClock(() -> ticks[0]++ * step);
+        }
         Spy spy = drafter == null ? null : new Spy(drafter);
         Generator.Options options = new Generator.Options();
         options.maxNewTokens = Golden.integer(recording, "max_new_tokens");
@@ -144,6 +184,16 @@ public class DecodeReplayTest {
             Check.equal(JsonValues.longValue(e.getValue(), "count"),
                     (long) result.stats.acceptedHistogram.getOrDefault(Integer.parseInt(e.getKey()), 0),
                     what + " calls accepting " + e.getKey() + " drafts");
+        }
+        if (recording.containsKey("sizing")) { // Python rounds its stats: compare to its digits
+            Map<String, Object> sizing = Golden.object(recording, "sizing");
+            Check.isTrue(result.stats.sizing != null, what + ": no sizing stats");
+            Check.close(Golden.number(sizing, "score_calibration"), (Double) result.stats.sizing.get("score_calibration"),
+                    1e-4, what + " score calibration");
+            Check.close(Golden.number(sizing, "host_s_per_step"), (Double) result.stats.sizing.get("host_s_per_step"),
+                    1e-6, what + " host seconds per step");
+            Check.close(Golden.number(sizing, "achieved_tokens_per_s"),
+                    (Double) result.stats.sizing.get("achieved_tokens_per_s"), 1e-3, what + " achieved tokens/s");
         }
         List<Map<String, Object>> trees = Golden.cases(recording, "trees");
         Map<Integer, int[]> committed = new HashMap<>();

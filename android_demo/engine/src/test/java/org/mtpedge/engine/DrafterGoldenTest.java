@@ -11,7 +11,7 @@ import org.mtpedge.engine.drafters.Ngram;
 import org.mtpedge.engine.drafters.TreeBuild;
 import org.mtpedge.engine.json.JsonValues;
 
-/** The drafter port against the Python drafters: pure tree builders, lookup, rates, masks, and real decodes. */
+/** The drafter port against the Python drafters: pure tree builders (ESP's and mtp's), lookup, rates, masks. */
 public class DrafterGoldenTest {
     private final Map<String, Object> golden = Golden.load("drafters.json");
 
@@ -86,6 +86,67 @@ public class DrafterGoldenTest {
             Check.equal(Golden.ints(c, "tokens"), s.tokens, what + " tokens");
             Check.equal(Golden.ints(c, "parents"), s.parents, what + " parents");
             Check.equal(Golden.ints(c, "chosen"), s.chosen, what + " chosen");
+            Check.close(Golden.doubles(c, "scores"), s.scores, 0.0, what + " scores after merging and capping");
+        }
+    }
+
+    /** The mtp drafter's pool: children of the kept nodes depth by depth, from a table of next-token steps. */
+    public void testExpansionPoolsMatchPython() {
+        int index = 0;
+        for (Map<String, Object> c : Golden.cases(section("owners"), "expansion_pools")) {
+            List<Object> next = Golden.list(c, "next");
+            TreeBuild.Expand expand = (depth, parents) -> {
+                int[][] tokens = new int[parents.length][];
+                double[][] probs = new double[parents.length][];
+                for (int m = 0; m < parents.length; m++) {
+                    Map<String, Object> row = JsonValues.object(JsonValues.array(next.get(depth), "next").get(
+                            parents[m]), "next");
+                    tokens[m] = Golden.ints(row, "tokens");
+                    probs[m] = Golden.doubles(row, "probs");
+                }
+                return new TreeBuild.Expansion(tokens, probs);
+            };
+            TreeBuild.Pool pool = TreeBuild.expansionPool(Golden.integer(c, "root"), expand, Golden.integer(c, "depths"),
+                    Golden.integer(c, "keep"));
+            checkPool(Golden.object(c, "pool"), pool, "expansion pool " + index++);
+        }
+    }
+
+    public void testMaskOwnersByValueMatchPython() {
+        int index = 0;
+        for (Map<String, Object> c : Golden.cases(section("owners"), "owners_by_value")) {
+            TreeBuild.Owners split = TreeBuild.maskOwnersByValue(Golden.ints(c, "parents"), Golden.doubles(c, "scores"),
+                    Golden.integer(c, "width"), Golden.integer(c, "k"), Golden.number(c, "gain"));
+            String what = "owners by value case " + index++;
+            Check.equal(Golden.ints(c, "kept"), split.kept, what + " kept nodes");
+            Check.equal(Golden.ints(c, "owners"), split.owners, what + " owners");
+        }
+    }
+
+    public void testTreesWithOwnersAndTheirSlotsMatchPython() {
+        int index = 0;
+        for (Map<String, Object> c : Golden.cases(section("owners"), "trees_with_owners")) {
+            TreeBuild.OwnedTree tree = TreeBuild.selectTreeWithOwners(poolOf(Golden.object(c, "pool")),
+                    Golden.integer(c, "width"), Golden.integer(c, "k"), Golden.number(c, "gain"));
+            String what = "tree with owners case " + index++;
+            Check.equal(Golden.ints(c, "tokens"), tree.tokens, what + " tokens");
+            Check.equal(Golden.ints(c, "parents"), tree.parents, what + " parents");
+            Check.equal(Golden.ints(c, "chosen"), tree.chosen, what + " chosen");
+            Check.equal(Golden.ints(c, "owners"), tree.owners, what + " owners");
+        }
+        for (Map<String, Object> c : Golden.cases(section("owners"), "owned_slots")) {
+            int[] tokens = Golden.ints(c, "tokens");
+            int k = Golden.integer(c, "k");
+            int[] owners = Golden.ints(c, "owners");
+            DraftTree tree = TreeBuild.attachMaskSlots(tokens, Golden.ints(c, "parents"), k, owners);
+            Check.equal(Golden.ints(c, "tree_tokens"), tree.tokens(), "owned slot tree tokens");
+            Check.equal(Golden.ints(c, "tree_parents"), tree.parents(), "owned slot tree parents");
+            List<Object> starts = Golden.list(c, "slot_index");
+            for (int node = 0; node < tokens.length; node++) {
+                Object start = starts.get(node);
+                Check.equal(start == null ? -1 : (int) JsonValues.longValue(start, "slot_index"),
+                        TreeBuild.maskSlotStart(tokens.length, node, k, owners), "first mask slot of node " + node);
+            }
         }
     }
 

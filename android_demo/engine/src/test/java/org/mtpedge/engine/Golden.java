@@ -26,6 +26,19 @@ final class Golden {
         }
     }
 
+    /** A folder of golden files (e.g. a bundle's adapter files) as a path, or null if there is none. */
+    static java.nio.file.Path folder(String name) {
+        java.net.URL url = Golden.class.getResource("/golden/" + name);
+        if (url == null) {
+            return null;
+        }
+        try {
+            return java.nio.file.Paths.get(url.toURI());
+        } catch (java.net.URISyntaxException err) {
+            throw new AssertionError("golden folder " + name + ": " + err);
+        }
+    }
+
     static boolean exists(String name) {
         return Golden.class.getResource("/golden/" + name) != null;
     }

@@ -16,7 +16,10 @@ import org.mtpedge.engine.json.JsonValues;
  *
  * <p>Logits: the recorded top-k values, every other token sharing the rest of the row's probability mass (from
  * the recorded log-sum-exp), so argmax and the softmax of the top-k tokens equal the real row's. K/V: synthetic
- * rows tagged (call + 1) * 1000 + slot, so the test can see which slots the engine committed where.
+ * rows tagged (call + 1) * 1000 + slot, so the test can see which slots the engine committed where. The LoRA gate of
+ * an adapter bundle is checked (on at exactly the recorded slots, off at padding); hidden states are the recorded
+ * rows (the mtp drafter's mask slots), NaN elsewhere so that reading another row poisons the drafts; a call's
+ * seconds are the recorded ones where the recording has them (a cost-aware drafter's simulated device).
  */
 final class ReplayRunner implements GraphRunner {
     private final List<Map<String, Object>> calls;
@@ -63,8 +66,24 @@ final class ReplayRunner implements GraphRunner {
                     + Arrays.deepToString(expected) + ", got " + Arrays.deepToString(actual));
         }
         checkEmbeddings(call, embeds, n, embeds.length / width, what);
+        checkGate(call, inputs, n, what);
         checkCache(cache, index, what);
-        return output(call, index, n, width, cache);
+        return output(call, index, n, width, cache, embeds.length / width);
+    }
+
+    private static void checkGate(Map<String, Object> call, BlockInputs inputs, int n, String what) {
+        if (!call.containsKey("gate_on")) {
+            Check.isTrue(inputs.loraGate == null, what + ": a LoRA gate was fed to graphs without one");
+            return;
+        }
+        Check.isTrue(inputs.loraGate != null && inputs.loraGate.length == inputs.width, what + ": no LoRA gate of the "
+                + "graph's width was fed to an adapter graph");
+        float[] expected = new float[inputs.width];
+        for (int slot : Golden.ints(call, "gate_on")) {
+            expected[slot] = 1f;
+        }
+        Check.isTrue(Arrays.equals(expected, inputs.loraGate), what + ": LoRA gate " + Arrays.toString(inputs.loraGate)
+                + ", Python's is on at " + call.get("gate_on") + " of " + n + " real slots");
     }
 
     private void checkEmbeddings(Map<String, Object> call, float[] embeds, int n, int hidden, String what) {
@@ -114,7 +133,7 @@ final class ReplayRunner implements GraphRunner {
         Check.equal(position, cache.nPast(), what + ": positions committed so far");
     }
 
-    private GraphOutput output(Map<String, Object> call, int index, int n, int width, KvCache cache) {
+    private GraphOutput output(Map<String, Object> call, int index, int n, int width, KvCache cache, int hidden) {
         Map<String, Object> logits = Golden.object(call, "logits");
         List<Object> ids = Golden.list(logits, "ids");
         List<Object> values = Golden.list(logits, "values");
@@ -152,7 +171,22 @@ final class ReplayRunner implements GraphRunner {
         FloatBuffer[] newValues = new FloatBuffer[cache.numLayers];
         Arrays.fill(newKeys, FloatBuffer.wrap(keys));
         Arrays.fill(newValues, FloatBuffer.wrap(vals));
-        return new GraphOutput(n, vocab, rows, width, newKeys, newValues, 0.001);
+        double seconds = call.containsKey("seconds") ? Golden.number(call, "seconds") : 0.001;
+        return new GraphOutput(n, vocab, rows, width, newKeys, newValues, seconds, hiddenStates(call, n, hidden));
+    }
+
+    private static float[] hiddenStates(Map<String, Object> call, int n, int hidden) {
+        if (!call.containsKey("hidden")) {
+            return null;
+        }
+        float[] out = new float[n * hidden];
+        Arrays.fill(out, Float.NaN);
+        byte[] raw = Base64.getDecoder().decode(JsonValues.stringField(call, "hidden", "call"));
+        FloatBuffer floats = java.nio.ByteBuffer.wrap(raw).order(java.nio.ByteOrder.LITTLE_ENDIAN).asFloatBuffer();
+        for (int row : Golden.ints(call, "hidden_rows")) {
+            floats.get(out, row * hidden, hidden);
+        }
+        return out;
     }
 
     @Override

@@ -17,7 +17,7 @@ public final class TestRunner {
     private static final Class<?>[] SUITES = {
         JsonTest.class, LayoutGoldenTest.class, RopeGoldenTest.class, VerifyGoldenTest.class,
         SamplingGoldenTest.class, TokenizerGoldenTest.class, ChatGoldenTest.class, ManifestTest.class,
-        DecodeReplayTest.class, DrafterGoldenTest.class, TemplatesTest.class,
+        DecodeReplayTest.class, DrafterGoldenTest.class, TemplatesTest.class, SizingGoldenTest.class,
     };
 
     /** Thrown by a test that cannot run here (e.g. it needs a real bundle); counted, never a pass. */

@@ -7,10 +7,11 @@ import org.mtpedge.engine.Engine;
 
 /**
  * The drafter registry of the app: {@code make(name, engine, options)} with the Python defaults
- * ({@code mtpedge.runtime.drafters.make_drafter}); "none" = plain decoding (null).
+ * ({@code mtpedge.runtime.drafters.make_drafter}); "none" = plain decoding (null). ESP and the hybrid use the
+ * bundle's learned masks when it has them (else the vocab mean); "mtp" needs a bundle with a multi-token adapter.
  */
 public final class Drafters {
-    public static final String[] NAMES = {"none", "esp", "hybrid", "lookup"};
+    public static final String[] NAMES = {"none", "esp", "hybrid", "lookup", "mtp"};
 
     private Drafters() {
     }
@@ -20,21 +21,44 @@ public final class Drafters {
             case "none":
                 return null;
             case "esp":
-                return new EspDrafter(engine, integer(options, "masks", 1), text(options, "mask_init", "mean"),
-                        number(options, "mask_update", 0.1), text(options, "tree", "static"),
+                return new EspDrafter(engine, maskSettings(engine, options), text(options, "tree", "static"),
                         integer(options, "width", 16));
             case "lookup":
                 return new LookupDrafter(engine, integer(options, "width", 8), integer(options, "max_ngram", 3),
                         integer(options, "min_ngram", 1), integer(options, "branches", 1));
             case "hybrid":
-                return new HybridDrafter(engine, integer(options, "masks", 1), text(options, "mask_init", "mean"),
-                        number(options, "mask_update", 0.1), integer(options, "width", 16),
+                return new HybridDrafter(engine, maskSettings(engine, options), integer(options, "width", 16),
                         integer(options, "max_ngram", 3), integer(options, "min_ngram", 1),
                         integer(options, "branches", 2));
+            case "mtp":
+                return new MtpDrafter(engine, text(options, "mtp_layout", "tree"),
+                        options.containsKey("masks") ? Integer.valueOf(integer(options, "masks", 0)) : null,
+                        bool(options, "sampler", true), integer(options, "candidates", 64),
+                        integer(options, "width", 16), integer(options, "branch", 4), number(options, "mask_gain", 2.0),
+                        bool(options, "lookup", false));
             default:
                 throw new IllegalArgumentException("unknown drafter '" + name + "': choose one of "
                         + String.join(", ", NAMES));
         }
+    }
+
+    private static MaskSettings maskSettings(Engine engine, Map<String, String> options) {
+        return MaskSettings.resolve(engine, options.get("mask_init"), integer(options, "masks", 1),
+                options.containsKey("mask_update") ? Double.valueOf(number(options, "mask_update", 0)) : null);
+    }
+
+    private static boolean bool(Map<String, String> options, String key, boolean fallback) {
+        if (!options.containsKey(key)) {
+            return fallback;
+        }
+        String value = options.get(key).trim().toLowerCase(java.util.Locale.ROOT);
+        if (value.equals("true") || value.equals("1") || value.equals("yes")) {
+            return true;
+        }
+        if (value.equals("false") || value.equals("0") || value.equals("no")) {
+            return false;
+        }
+        throw new IllegalArgumentException("option " + key + " takes true or false, got '" + options.get(key) + "'");
     }
 
     private static String text(Map<String, String> options, String key, String fallback) {

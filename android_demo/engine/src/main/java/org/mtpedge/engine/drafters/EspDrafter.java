@@ -21,8 +21,9 @@ public final class EspDrafter implements Drafter {
     private int nTokens = 1;
 
     /** tree: "static", "dynamic" or "static:W1,W2,..."; width: slots per call (capped by the widest graph). */
-    public EspDrafter(Engine engine, int masks, String maskInit, double maskUpdate, String tree, int width) {
-        this.probe = new MaskProbe(maskInit, masks, maskUpdate, engine.embeddings);
+    public EspDrafter(Engine engine, MaskSettings settings, String tree, int width) {
+        this.probe = new MaskProbe(engine, settings);
+        int masks = settings.slots;
         String kind = tree == null ? "static" : tree.split(":", 2)[0];
         if (!kind.equals("static") && !kind.equals("dynamic")) {
             throw new IllegalArgumentException("unknown tree '" + tree + "': use dynamic, static or static:W1,W2,...");
@@ -71,6 +72,11 @@ public final class EspDrafter implements Drafter {
     @Override
     public String name() {
         return "esp";
+    }
+
+    @Override
+    public boolean loraOnSlots() {
+        return probe.loraOnSlots;
     }
 
     @Override

@@ -4,22 +4,26 @@ import org.mtpedge.engine.DraftTree;
 import org.mtpedge.engine.Drafter;
 import org.mtpedge.engine.Engine;
 import org.mtpedge.engine.GraphOutput;
+import org.mtpedge.engine.StepSizer;
 
 /**
  * Hybrid drafting: mask-probe (ESP) and prompt-lookup candidates in one tree, verified in one call; port of
  * {@code mtpedge.runtime.drafters.hybrid}. Lookup nodes are scored by estimated acceptance (per-depth rates,
  * the r-th continuation discounted by 1 / (r + 1)), mask nodes by P(parent) * p_i(token); the best
- * B = width / (k + 1) form the tree, and every token node gets its k mask slots.
+ * B = width / (k + 1) form the tree, and every token node gets its k mask slots. With a cost table on the engine,
+ * only the candidates that pay for the wider call they (and their masks) need are kept ({@link StepSizer}).
  */
 public final class HybridDrafter implements Drafter {
     private final MaskProbe probe;
     private final NgramSource lookup;
     private final int nodes;
+    private final StepSizer sizer;
     private boolean[] fromLookup = {true};
 
-    public HybridDrafter(Engine engine, int masks, String maskInit, double maskUpdate, int width, int maxNgram,
-                         int minNgram, int branches) {
-        this.probe = new MaskProbe(maskInit, masks, maskUpdate, engine.embeddings);
+    public HybridDrafter(Engine engine, MaskSettings settings, int width, int maxNgram, int minNgram, int branches) {
+        this.probe = new MaskProbe(engine, settings);
+        this.sizer = engine.costTable == null ? null : new StepSizer(engine.costTable);
+        int masks = settings.slots;
         width = Math.min(width, engine.manifest.maxWidth());
         this.nodes = width / (masks + 1);
         if (nodes < 1) {
@@ -45,7 +49,12 @@ public final class HybridDrafter implements Drafter {
         TreeBuild.Pool lookupPool = lookup.pool(contextIds, root);
         TreeBuild.Pool pool = probe.forecast == null ? TreeBuild.concatPools(lookupPool)
                 : TreeBuild.concatPools(lookupPool, TreeBuild.maskPool(probe.forecastProbs(), nodes - 1, root));
-        TreeBuild.Selection tree = TreeBuild.selectTree(pool, nodes);
+        int budget = nodes;
+        if (sizer != null) { // only the candidates that pay for the wider call they (and their masks) need
+            double[] scores = TreeBuild.selectTree(pool, budget).candidateScores();
+            budget = 1 + sizer.size(scores, probe.k + 1, probe.k + 1).candidates;
+        }
+        TreeBuild.Selection tree = TreeBuild.selectTree(pool, budget);
         fromLookup = new boolean[tree.chosen.length];
         for (int i = 0; i < fromLookup.length; i++) {
             fromLookup[i] = tree.chosen[i] < lookupPool.size(); // lookup entries come first in the pool
@@ -57,5 +66,18 @@ public final class HybridDrafter implements Drafter {
     public void observe(DraftTree tree, GraphOutput out, int[] path) {
         lookup.record(tree, fromLookup, path);
         probe.observe(tree, fromLookup.length, out, path);
+        if (sizer != null) {
+            sizer.observe(path.length - 1, out.seconds);
+        }
+    }
+
+    @Override
+    public boolean loraOnSlots() {
+        return probe.loraOnSlots;
+    }
+
+    @Override
+    public StepSizer sizer() {
+        return sizer;
     }
 }

@@ -6,18 +6,22 @@ import org.mtpedge.engine.DraftTree;
 import org.mtpedge.engine.Drafter;
 import org.mtpedge.engine.Engine;
 import org.mtpedge.engine.GraphOutput;
+import org.mtpedge.engine.StepSizer;
 
 /**
  * Prompt-lookup drafting: a trie of up to {@code branches} distinct continuations of the newest earlier
  * occurrences of the last n tokens, cut to the width budget by estimated acceptance; port of
- * {@code mtpedge.runtime.drafters.lookup}. No mask slots and no model work.
+ * {@code mtpedge.runtime.drafters.lookup}. No mask slots and no model work. With a cost table on the engine, only
+ * the candidates that pay for the wider call they need are kept ({@link StepSizer}).
  */
 public final class LookupDrafter implements Drafter {
     private final int budget;
     private final NgramSource source;
+    private final StepSizer sizer;
 
     public LookupDrafter(Engine engine, int width, int maxNgram, int minNgram, int branches) {
         this.budget = Math.min(width, engine.manifest.maxWidth());
+        this.sizer = engine.costTable == null ? null : new StepSizer(engine.costTable);
         this.source = new NgramSource(maxNgram, minNgram, Math.max(1, budget - 1), branches);
     }
 
@@ -33,7 +37,12 @@ public final class LookupDrafter implements Drafter {
 
     @Override
     public Proposal propose(int[] contextIds, int root) {
-        TreeBuild.Selection tree = TreeBuild.selectTree(source.pool(contextIds, root), budget);
+        TreeBuild.Pool pool = source.pool(contextIds, root);
+        int size = budget;
+        if (sizer != null) { // only the candidates that pay for the wider call they need
+            size = 1 + sizer.size(TreeBuild.selectTree(pool, budget).candidateScores(), 1, 1).candidates;
+        }
+        TreeBuild.Selection tree = TreeBuild.selectTree(pool, size);
         return new Proposal(new DraftTree(tree.tokens, tree.parents), null);
     }
 
@@ -42,5 +51,13 @@ public final class LookupDrafter implements Drafter {
         boolean[] all = new boolean[tree.size()];
         Arrays.fill(all, true);
         source.record(tree, all, path);
+        if (sizer != null) {
+            sizer.observe(path.length - 1, out.seconds);
+        }
+    }
+
+    @Override
+    public StepSizer sizer() {
+        return sizer;
     }
 }

@@ -6,7 +6,8 @@ import org.mtpedge.engine.Embeddings;
  * Mask-slot embeddings for training-free mask-token probing; port of {@code mtpedge.runtime.mask_embeddings}.
  *
  * <p>Initialisations from the input embedding table E: soft = mean of E[prompt tokens]; hard = E[the last k
- * prompt tokens]; mean = the mean row of E. Online update after every committed token e:
+ * prompt tokens]; mean = the mean row of E; learned = the first k trained masks of the bundle's adapter
+ * ({@link MtpAdapter}). Online update after every committed token e:
  * m_j &lt;- m_j + lambda (E[e] - m_j). The "sample" initialisation of the Python runtime draws from numpy's
  * generator, whose stream Java cannot reproduce: it is refused here.
  */
@@ -17,13 +18,25 @@ public final class MaskEmbeddings {
     private final int slots;
     private final double updateRate;
     private final Embeddings table;
+    private final float[][] learned;
     private float[][] masks;
     private double[] tableMean;
 
     public MaskEmbeddings(String init, int slots, double updateRate, Embeddings table) {
-        if (!init.equals("soft") && !init.equals("hard") && !init.equals("mean")) {
+        this(init, slots, updateRate, table, null);
+    }
+
+    /** learned: the adapter's trained masks (k', hidden), for init "learned" (k' &gt;= slots). */
+    public MaskEmbeddings(String init, int slots, double updateRate, Embeddings table, float[][] learned) {
+        if (!init.equals("soft") && !init.equals("hard") && !init.equals("mean") && !init.equals("learned")) {
             throw new IllegalArgumentException("mask init '" + init + "' is not available in the app (soft, hard, "
-                    + "mean; 'sample' needs numpy's random stream)");
+                    + "mean, learned; 'sample' needs numpy's random stream)");
+        }
+        if (init.equals("learned") && (learned == null || learned.length < slots || learned[0].length != table.dim())) {
+            String have = learned == null ? "none" : learned.length + " x " + learned[0].length;
+            throw new IllegalArgumentException("mask init 'learned' needs " + slots + " trained masks of width "
+                    + table.dim() + " (the bundle has " + have + "): export the bundle with `mtpedge export "
+                    + "--mtp-adapter ADAPTER.pt` (or the default model's shipped masks)");
         }
         if (slots < 1 || slots > MAX_SLOTS) {
             throw new IllegalArgumentException("mask slots must be 1.." + MAX_SLOTS + ", got " + slots);
@@ -35,6 +48,7 @@ public final class MaskEmbeddings {
         this.slots = slots;
         this.updateRate = updateRate;
         this.table = table;
+        this.learned = learned;
         this.masks = new float[slots][table.dim()];
     }
 
@@ -48,7 +62,11 @@ public final class MaskEmbeddings {
         }
         int d = table.dim();
         masks = new float[slots][];
-        if (init.equals("soft")) {
+        if (init.equals("learned")) {
+            for (int s = 0; s < slots; s++) {
+                masks[s] = learned[s].clone();
+            }
+        } else if (init.equals("soft")) {
             double[] sum = new double[d];
             float[] row = new float[d];
             for (int id : promptIds) {

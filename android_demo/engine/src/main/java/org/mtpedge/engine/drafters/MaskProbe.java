@@ -1,7 +1,7 @@
 package org.mtpedge.engine.drafters;
 
 import org.mtpedge.engine.DraftTree;
-import org.mtpedge.engine.Embeddings;
+import org.mtpedge.engine.Engine;
 import org.mtpedge.engine.GraphOutput;
 
 /**
@@ -11,12 +11,17 @@ import org.mtpedge.engine.GraphOutput;
 final class MaskProbe {
     final MaskEmbeddings masks;
     final int k;
+    /** Learned masks trained with the adapter's LoRA: its gate goes on at the mask slots. */
+    final boolean loraOnSlots;
     /** (k, vocab) logits, or null before the first decode call. */
     float[][] forecast;
 
-    MaskProbe(String init, int slots, double updateRate, Embeddings table) {
-        this.masks = new MaskEmbeddings(init, slots, updateRate, table);
-        this.k = slots;
+    MaskProbe(Engine engine, MaskSettings settings) {
+        MtpAdapter adapter = settings.init.equals("learned") ? MtpAdapter.load(engine) : null;
+        this.masks = new MaskEmbeddings(settings.init, settings.slots, settings.updateRate, engine.embeddings,
+                adapter == null ? null : adapter.masks);
+        this.k = settings.slots;
+        this.loraOnSlots = adapter != null && adapter.rank > 0;
     }
 
     void start(int[] promptIds) {

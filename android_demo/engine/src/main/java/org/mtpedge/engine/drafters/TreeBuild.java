@@ -222,16 +222,23 @@ public final class TreeBuild {
         return new Pool(tokens, parents, scores);
     }
 
-    /** A selected tree: token nodes and the pool index each came from. */
+    /** A selected tree: token nodes, the pool index each came from, and its score after merging and capping. */
     public static final class Selection {
         public final int[] tokens;
         public final int[] parents;
         public final int[] chosen;
+        public final double[] scores;
 
-        Selection(int[] tokens, int[] parents, int[] chosen) {
+        Selection(int[] tokens, int[] parents, int[] chosen, double[] scores) {
             this.tokens = tokens;
             this.parents = parents;
             this.chosen = chosen;
+            this.scores = scores;
+        }
+
+        /** The candidates' scores (the root's left out): what a tree sizer weighs. */
+        public double[] candidateScores() {
+            return Arrays.copyOfRange(scores, 1, scores.length);
         }
     }
 
@@ -284,9 +291,11 @@ public final class TreeBuild {
         }
         int[] tokens = new int[chosen.length];
         int[] parents = new int[chosen.length];
+        double[] chosenScores = new double[chosen.length];
         parents[0] = -1;
         for (int i = 0; i < chosen.length; i++) {
             tokens[i] = pool.tokens[chosen[i]];
+            chosenScores[i] = score[chosen[i]];
             if (i > 0) {
                 Integer p = newIndex.get(merged[pool.parents[chosen[i]]]);
                 if (p == null) {
@@ -295,19 +304,29 @@ public final class TreeBuild {
                 parents[i] = p;
             }
         }
-        return new Selection(tokens, parents, chosen);
+        return new Selection(tokens, parents, chosen, chosenScores);
     }
 
     /** The tree plus a chain of k SLOT nodes under every token node; slot j of owner b is at n + b * k + j. */
     public static DraftTree attachMaskSlots(int[] tokens, int[] parents, int k) {
+        return attachMaskSlots(tokens, parents, k, null);
+    }
+
+    /**
+     * The tree plus a chain of k SLOT nodes under every token node in {@code owners} (null: all of them); slot j
+     * of the r-th owner sits at n + r * k + j.
+     */
+    public static DraftTree attachMaskSlots(int[] tokens, int[] parents, int k, int[] owners) {
         int n = tokens.length;
-        int[] allTokens = Arrays.copyOf(tokens, n + n * k);
-        int[] allParents = Arrays.copyOf(parents, n + n * k);
-        for (int b = 0; b < n; b++) {
+        int count = owners == null ? n : owners.length;
+        int[] allTokens = Arrays.copyOf(tokens, n + count * k);
+        int[] allParents = Arrays.copyOf(parents, n + count * k);
+        for (int r = 0; r < count; r++) {
+            int owner = owners == null ? r : owners[r];
             for (int j = 0; j < k; j++) {
-                int index = n + b * k + j;
+                int index = n + r * k + j;
                 allTokens[index] = DraftTree.SLOT;
-                allParents[index] = j == 0 ? b : index - 1;
+                allParents[index] = j == 0 ? owner : index - 1;
             }
         }
         return new DraftTree(allTokens, allParents);
@@ -316,6 +335,198 @@ public final class TreeBuild {
     /** Index of the first of the k mask slots of token node {@code owner}. */
     public static int maskSlotStart(int nTokens, int owner, int k) {
         return nTokens + owner * k;
+    }
+
+    /** Index of the first of the k mask slots of token node {@code owner} among {@code owners}; -1 if it has none. */
+    public static int maskSlotStart(int nTokens, int owner, int k, int[] owners) {
+        for (int r = 0; r < owners.length; r++) {
+            if (owners[r] == owner) {
+                return nTokens + r * k;
+            }
+        }
+        return -1;
+    }
+
+    /** Each parent's best next tokens and their probabilities, (m, b) each: one step of {@link #expansionPool}. */
+    public static final class Expansion {
+        public final int[][] tokens;
+        public final double[][] probs;
+
+        public Expansion(int[][] tokens, double[][] probs) {
+            this.tokens = tokens;
+            this.probs = probs;
+        }
+    }
+
+    /** The drafter's next-token step: the best next tokens after each of {@code parentTokens} at mask {@code depth}. */
+    public interface Expand {
+        Expansion apply(int depth, int[] parentTokens);
+    }
+
+    /**
+     * A candidate pool grown depth by depth from the root: a child scores its parent's score times its
+     * probability, and the {@code keep} best children of a depth (ties: earlier parent, then better rank) become
+     * the next depth's parents. Root at index 0 with score 1.
+     */
+    public static Pool expansionPool(int root, Expand expand, int depths, int keep) {
+        List<Integer> tokens = new ArrayList<>(Arrays.asList(root));
+        List<Integer> parents = new ArrayList<>(Arrays.asList(-1));
+        List<Double> scores = new ArrayList<>(Arrays.asList(1.0));
+        int[] frontier = {0};
+        for (int depth = 0; depth < depths; depth++) {
+            int[] parentTokens = new int[frontier.length];
+            for (int i = 0; i < frontier.length; i++) {
+                parentTokens[i] = tokens.get(frontier[i]);
+            }
+            Expansion children = expand.apply(depth, parentTokens);
+            int width = children.tokens.length == 0 ? 0 : children.tokens[0].length;
+            double[] childScores = new double[frontier.length * width];
+            Integer[] order = new Integer[childScores.length];
+            for (int m = 0; m < frontier.length; m++) {
+                for (int b = 0; b < width; b++) {
+                    childScores[m * width + b] = scores.get(frontier[m]) * children.probs[m][b];
+                    order[m * width + b] = m * width + b;
+                }
+            }
+            Arrays.sort(order, (a, b) -> Double.compare(childScores[b], childScores[a])); // stable: ties keep order
+            int size = tokens.size();
+            int kept = Math.min(keep, order.length);
+            int[] previous = frontier;
+            frontier = new int[kept];
+            for (int i = 0; i < kept; i++) {
+                int flat = order[i];
+                tokens.add(children.tokens[flat / width][flat % width]);
+                parents.add(previous[flat / width]);
+                scores.add(childScores[flat]);
+                frontier[i] = size + i;
+            }
+        }
+        return new Pool(ints(tokens), ints(parents), scores.stream().mapToDouble(Double::doubleValue).toArray());
+    }
+
+    /** Depth of each node of a parents array in BFS order (parents before children). */
+    static int[] depths(int[] parents) {
+        int[] depth = new int[parents.length];
+        for (int i = 1; i < parents.length; i++) {
+            depth[i] = depth[parents[i]] + 1;
+        }
+        return depth;
+    }
+
+    /** Kept nodes (indices into the tree, ascending) and the mask owners among them (indices into the kept). */
+    public static final class Owners {
+        public final int[] kept;
+        public final int[] owners;
+
+        Owners(int[] kept, int[] owners) {
+            this.kept = kept;
+            this.owners = owners;
+        }
+    }
+
+    /**
+     * Split a slot budget between draft tokens and mask slots by expected value: keeping the n best nodes is
+     * worth the sum of their scores; k mask slots under node i are worth gain * P(i is the deepest accepted node)
+     * ~ gain * (s_i - its kept children's s). Every n from 1 up is tried; the remaining width goes to the owners
+     * of highest P(deepest). {@code parents}/{@code scores}: a tree from {@link #selectTree} (BFS, capped scores).
+     */
+    public static Owners maskOwnersByValue(int[] parents, double[] scores, int width, int k, double gain) {
+        int size = parents.length;
+        int[] depth = depths(parents);
+        Integer[] rank = new Integer[size]; // parents before children (scores are capped)
+        for (int i = 0; i < size; i++) {
+            rank[i] = i;
+        }
+        Arrays.sort(rank, descending(i -> scores[i]).thenComparingInt(i -> depth[i]).thenComparingInt(i -> i));
+        double[] deepest = new double[size];
+        double bestValue = -1.0;
+        int bestN = 1;
+        Integer[] bestOwners = new Integer[0];
+        double total = 0.0;
+        for (int n = 1; n <= Math.min(width, size); n++) {
+            int node = rank[n - 1];
+            total += scores[node];
+            deepest[node] = scores[node];
+            if (node != 0) {
+                deepest[parents[node]] -= scores[node];
+            }
+            int room = k == 0 ? 0 : Math.min(n, Math.floorDiv(width - n, k));
+            if (room < 0) {
+                throw new IllegalArgumentException("a tree of " + n + " nodes leaves no room in " + width + " slots");
+            }
+            // rounded: equal probabilities reached by different sums must tie (then the lower index wins)
+            Integer[] kept = Arrays.copyOf(rank, n);
+            Arrays.sort(kept, descending(i -> Math.rint(deepest[i] * 1e12) / 1e12).thenComparingInt(i -> i));
+            Integer[] owners = Arrays.copyOf(kept, Math.min(room, n));
+            double[] worth = new double[owners.length];
+            for (int i = 0; i < owners.length; i++) {
+                worth[i] = Math.max(0.0, deepest[owners[i]]);
+            }
+            double value = total + gain * org.mtpedge.engine.NumpySum.sum(worth);
+            if (value > bestValue + 1e-12) {
+                bestValue = value;
+                bestN = n;
+                bestOwners = owners;
+            }
+        }
+        int[] kept = new int[bestN];
+        for (int i = 0; i < bestN; i++) {
+            kept[i] = rank[i];
+        }
+        Arrays.sort(kept);
+        int[] owners = new int[bestOwners.length];
+        for (int i = 0; i < owners.length; i++) {
+            owners[i] = Arrays.binarySearch(kept, bestOwners[i]);
+        }
+        Arrays.sort(owners);
+        return new Owners(kept, owners);
+    }
+
+    /** A tree for {@code width} slots whose k-mask owners are chosen by value; see {@link #maskOwnersByValue}. */
+    public static final class OwnedTree {
+        public final int[] tokens;
+        public final int[] parents;
+        /** Pool index of each node. */
+        public final int[] chosen;
+        /** Indices of the nodes that carry k mask slots, ascending. */
+        public final int[] owners;
+
+        OwnedTree(int[] tokens, int[] parents, int[] chosen, int[] owners) {
+            this.tokens = tokens;
+            this.parents = parents;
+            this.chosen = chosen;
+            this.owners = owners;
+        }
+    }
+
+    /** {@link #selectTree} (at most width - k nodes), then {@link #maskOwnersByValue} and the kept subtree. */
+    public static OwnedTree selectTreeWithOwners(Pool pool, int width, int k, double gain) {
+        Selection tree = selectTree(pool, width - k);
+        Owners split = maskOwnersByValue(tree.parents, tree.scores, width, k, gain);
+        int[] newIndex = new int[tree.parents.length];
+        Arrays.fill(newIndex, -1);
+        for (int i = 0; i < split.kept.length; i++) {
+            newIndex[split.kept[i]] = i;
+        }
+        int[] tokens = new int[split.kept.length];
+        int[] parents = new int[split.kept.length];
+        int[] chosen = new int[split.kept.length];
+        for (int i = 0; i < split.kept.length; i++) {
+            int node = split.kept[i];
+            tokens[i] = tree.tokens[node];
+            parents[i] = tree.parents[node] < 0 ? -1 : newIndex[tree.parents[node]];
+            chosen[i] = tree.chosen[node];
+        }
+        return new OwnedTree(tokens, parents, chosen, split.owners);
+    }
+
+    /** Higher value first, with 0.0 and -0.0 equal (as numpy's sorts; Double.compare would order them). */
+    private static Comparator<Integer> descending(java.util.function.IntToDoubleFunction value) {
+        return (a, b) -> {
+            double x = value.applyAsDouble(a);
+            double y = value.applyAsDouble(b);
+            return x > y ? -1 : x < y ? 1 : 0;
+        };
     }
 
     static int[] ints(List<Integer> list) {
