@@ -62,10 +62,11 @@ def add_common_arguments(parser: argparse.ArgumentParser, max_new_tokens: int | 
                              "(the HTP simulator on x86 Linux; needs the qnn extra), CPU fallback disabled")
     parser.add_argument("--cost-model", default="measured", metavar="measured|remeasure|flat|FILE",
                         help=COST_MODEL_HELP)
-    parser.add_argument("--drafter", type=drafter_spec, default=DEFAULT_DRAFTER, metavar="SPEC",
+    parser.add_argument("--drafter", type=drafter_spec, default=None, metavar="SPEC",
                         help=f"multi-token drafter and its options, NAME[:KEY=VALUE]... (NAME: "
-                             f"{', '.join(drafter_names())}; default {DEFAULT_DRAFTER}, the fastest lossless one "
-                             "measured on the fast bundle; none = plain decoding); e.g. "
+                             f"{', '.join(drafter_names())}; default: {DEFAULT_DRAFTER} on float32 bundles, where it "
+                             "was the fastest lossless one, and none (plain decoding) on quantized ones, whose wide "
+                             "calls do not compute a row as plain decoding does); e.g. "
                              "hybrid:width=32. `mtpedge drafters` lists the options. mtp needs a bundle with a trained "
                              "adapter; dmtd-spec / dmtd a DMTD bundle (`mtpedge train-dmtd --export-bundle`); dmtd is "
                              "LOSSY (its tokens are not verified)")
@@ -93,7 +94,8 @@ def check_options(args: argparse.Namespace) -> SamplingConfig:
     """Refuse options that cannot work, before anything loads; the sampling settings."""
     from mtpedge.runtime.drafters import DRAFTERS, parse_drafter
 
-    args.drafter = parse_drafter(args.drafter)  # the default arrives as text
+    if args.drafter is not None:  # None: the bundle's default, chosen once it is known (load_engine)
+        args.drafter = parse_drafter(args.drafter)
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
     if not math.isfinite(args.temperature) or args.temperature < 0:
@@ -104,7 +106,7 @@ def check_options(args: argparse.Namespace) -> SamplingConfig:
     if args.context is not None and args.context < 2:
         raise ValueError(f"--context must be at least 2, got {args.context}")
     sampling = sampling_from(args)
-    drafter = DRAFTERS.get(args.drafter.name)
+    drafter = DRAFTERS.get(args.drafter.name) if args.drafter is not None else None
     if drafter is not None and drafter.lossy and not sampling.greedy:
         raise ValueError(f"{args.drafter.name} is lossy and decodes greedily only: drop --temperature")
     return sampling
@@ -115,14 +117,17 @@ def load_engine(args: argparse.Namespace, say=print, cost_table: bool = False):
     graph widths; prints the lossy warning for a lossy drafter. The engine gets its --cost-model table when the
     drafter sizes its trees, or always with `cost_table` (chat: the drafter may change)."""
     from mtpedge.runtime.bundle import read_manifest
-    from mtpedge.runtime.drafters import DRAFTERS, check_fits
+    from mtpedge.runtime.drafters import DRAFTERS, check_fits, default_drafter, parse_drafter
     from mtpedge.runtime.engine import Engine
     from mtpedge.runtime.generate import LOSSY_WARNING
 
+    named = args.drafter.name if args.drafter is not None else None
     folder = ensure_bundle(args.bundle, args.model, args.context or DEFAULT_CONTEXT, say=say,
-                           mtp=args.drafter.name == "mtp", dmtd=args.drafter.name in DMTD_DRAFTERS,
-                           precision=args.precision)
-    check_fits(args.drafter, [g.width for g in read_manifest(folder).graphs])
+                           mtp=named == "mtp", dmtd=named in DMTD_DRAFTERS, precision=args.precision)
+    manifest = read_manifest(folder)
+    if args.drafter is None:
+        args.drafter = parse_drafter(default_drafter(manifest))
+    check_fits(args.drafter, [g.width for g in manifest.graphs])
     if args.drafter.name in DRAFTERS and DRAFTERS[args.drafter.name].lossy:
         print(f"warning: {LOSSY_WARNING.format(name=args.drafter.name)}", file=sys.stderr)
     engine = Engine.load(folder, threads=args.threads, providers=providers_for(args))

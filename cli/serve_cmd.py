@@ -39,10 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "environment variable, which other users cannot read in the process list; "
                              "required unless --host is a loopback address)")
     parser.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0 = any free port)")
-    parser.add_argument("--drafter", type=drafter_spec, default=DEFAULT_DRAFTER, metavar="SPEC",
-                        help=f"drafter for requests that name none, e.g. hybrid:width=32 (default {DEFAULT_DRAFTER}, "
-                             "the fastest lossless one measured on the fast bundle; none = plain decoding; `mtpedge "
-                             "drafters` lists them); a request may pick another with the extension field `drafter`")
+    parser.add_argument("--drafter", type=drafter_spec, default=None, metavar="SPEC",
+                        help=f"drafter for requests that name none, e.g. hybrid:width=32 (default: {DEFAULT_DRAFTER} "
+                             "on float32 bundles, none = plain decoding on quantized ones, where drafting is not "
+                             "lossless; `mtpedge drafters` lists them); a request may pick another with the "
+                             "extension field `drafter`")
     parser.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE,
                         help=f"temperature for requests that name none (default {DEFAULT_TEMPERATURE}, llama.cpp's "
                              "and ollama's; OpenAI's API uses 1.0); top-k 40, top-p 0.95 and min-p 0.05 apply "
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         import aiohttp  # noqa: F401
     except ImportError as err:
         raise SystemExit("mtpedge serve needs aiohttp: `pip install 'mtpedge[serve]'`") from err
-    from mtpedge.runtime.drafters import make_drafter
+    from mtpedge.runtime.drafters import default_drafter, make_drafter, parse_drafter
     from mtpedge.runtime.engine import Engine
     from mtpedge.runtime.generate import LOSSY_WARNING
     from mtpedge.server.access import check_bind
@@ -71,9 +72,12 @@ def run(args: argparse.Namespace) -> int:
     if args.max_queue < 1:
         raise ValueError(f"--max-queue must be >= 1, got {args.max_queue}")
     check_bind(args.host, args.api_key)  # before the model loads
-    engine = Engine.load(ensure_bundle(args.bundle, args.model, args.context, mtp=args.drafter.name == "mtp",
-                                       dmtd=args.drafter.name in DMTD_DRAFTERS, precision=args.precision),
+    named = args.drafter.name if args.drafter is not None else None
+    engine = Engine.load(ensure_bundle(args.bundle, args.model, args.context, mtp=named == "mtp",
+                                       dmtd=named in DMTD_DRAFTERS, precision=args.precision),
                          threads=args.threads)
+    if args.drafter is None:
+        args.drafter = parse_drafter(default_drafter(engine.manifest))
     attach_cost_table(engine, args.cost_model)  # a request may name any drafter: measured (or read) once here
     drafter = make_drafter(args.drafter, engine)  # refuse now, not at the first request, what the bundle cannot run
     if drafter is not None and drafter.lossy:

@@ -13,11 +13,11 @@ from mtpedge.main import main
 
 
 @pytest.mark.slow
-def test_bench_smollm2_with_peers(smollm2_bundle, tmp_path):
+def test_bench_smollm2_with_peers(smollm2_float_bundle, tmp_path):
     questions = SPEC_BENCH
     peers = ["transformers"] + (["llama.cpp"] if importlib.util.find_spec("llama_cpp") else [])
     out = tmp_path / "bench"
-    code = main(["bench", "--bundle", str(smollm2_bundle), "--questions", str(questions), "--categories", "writing",
+    code = main(["bench", "--bundle", str(smollm2_float_bundle), "--questions", str(questions), "--categories", "writing",
                  "--limit", "1", "--max-new-tokens", "24", "--methods", ",".join(["none", *peers]), "--no-sweep",
                  "--no-plots", "--out", str(out)])
     assert code == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -116,20 +117,30 @@ def test_export_auto_gets_the_fast_buckets_and_an_adapter_stays_float32(tmp_path
 
 
 @pytest.mark.parametrize("command, argv", [("generate_cmd", ["hi"]), ("chat_cmd", []), ("serve_cmd", [])])
-def test_without_a_drafter_the_commands_decode_with_the_default_drafter(command, argv):
-    """Issue 15: no flags = the fastest lossless drafter measured on the fast bundle, sizing its trees by cost."""
+def test_without_a_drafter_the_commands_leave_the_choice_to_the_bundle(command, argv):
     import argparse
     import importlib
-
-    from mtpedge.runtime.drafters import DEFAULT_DRAFTER, DRAFTERS, NONE, parse_drafter
 
     parser = argparse.ArgumentParser()
     importlib.import_module(f"mtpedge.{command}").add_arguments(parser)
     args = parser.parse_args(argv)
-    assert parse_drafter(args.drafter) == parse_drafter(DEFAULT_DRAFTER)
-    default = parse_drafter(DEFAULT_DRAFTER)
-    assert default.name != NONE and not DRAFTERS[default.name].lossy and DRAFTERS[default.name].sized
-    assert args.cost_model == "measured"
+    assert args.drafter is None and args.cost_model == "measured"
+
+
+def test_the_default_drafter_is_lossless_drafting_on_float32_and_plain_decoding_on_quantized_bundles(tiny_bundle,
+                                                                                                      tmp_path):
+    """Issue 15: no flags = the fastest lossless drafter, sizing its trees by cost, where drafting is lossless
+    (float32 graphs compute a row alike at every width); on the int8-activation fast bundle a wide call computes
+    rows differently from plain decoding's width-1 call, so plain decoding is its default."""
+    from mtpedge.runtime.bundle import read_manifest
+    from mtpedge.runtime.drafters import DEFAULT_DRAFTER, DRAFTERS, NONE, default_drafter
+
+    float32 = read_manifest(tiny_bundle("llama"))
+    assert default_drafter(float32) == DEFAULT_DRAFTER
+    assert not DRAFTERS[DEFAULT_DRAFTER].lossy and DRAFTERS[DEFAULT_DRAFTER].sized
+    fast_kernels = {"quantization": {"config": {"accuracy_level": 4}}}
+    quantized = dataclasses.replace(float32, extras={**float32.extras, **fast_kernels})
+    assert default_drafter(quantized) == NONE
 
 
 def test_run_sh_names_no_drafter_so_it_gets_the_default():

@@ -25,13 +25,25 @@ if TYPE_CHECKING:
 DRAFTERS: dict[str, type[Drafter]] = {cls.name: cls for cls in (
     EspDrafter, LookupDrafter, HybridDrafter, MtpDrafter, DmtdSpecDrafter, DmtdDrafter)}
 
-# What generate, chat, serve and scripts/run.sh decode with when no drafter is named: the lossless drafter that
-# was fastest on the fast bundle, on Spec-Bench questions the headline bench does not use (the tuning run in
-# benchmarks/results/fast/README.md, section 5), with its trees sized by the measured cost table.
+# What generate, chat, serve and scripts/run.sh decode with when no drafter is named, on a bundle where drafting
+# is lossless: the drafter that was fastest on Spec-Bench questions the headline bench does not use (the tuning
+# run in benchmarks/results/fast/README.md, section 5), with its trees sized by the measured cost table.
 DEFAULT_DRAFTER = "lookup"
 
-__all__ = ["DEFAULT_DRAFTER", "DRAFTERS", "NONE", "Drafter", "DrafterSpec", "check_fits", "describe_drafters",
-           "drafter_names", "make_drafter", "parse_drafter", "split_specs"]
+
+def default_drafter(manifest) -> str:
+    """The drafter a bundle decodes with when none is named: DEFAULT_DRAFTER on float32 graphs, where a wide
+    verification call computes each row bit for bit as the width-1 call of plain decoding does (measured:
+    benchmarks/results/fast/width_invariance_float32.log), plain decoding on quantized ones. onnxruntime's
+    int8-activation MatMulNBits kernels (the fast bundle) compute a one-row call differently from a wider one:
+    root-row logits differ by up to 1.03 and drafted answers matched plain decoding on ~22% of the headline
+    bench's turns (benchmarks/results/fast/README.md, sections 5 and 6), so drafting there is not lossless and is
+    never the default; other quantized kernels were not measured."""
+    return NONE if (manifest.extras or {}).get("quantization") else DEFAULT_DRAFTER
+
+
+__all__ = ["DEFAULT_DRAFTER", "DRAFTERS", "NONE", "Drafter", "DrafterSpec", "check_fits", "default_drafter",
+           "describe_drafters", "drafter_names", "make_drafter", "parse_drafter", "split_specs"]
 
 
 def drafter_names() -> list[str]:
