@@ -18,8 +18,8 @@ def test_bench_smollm2_with_peers(smollm2_float_bundle, tmp_path):
     peers = ["transformers"] + (["llama.cpp"] if importlib.util.find_spec("llama_cpp") else [])
     out = tmp_path / "bench"
     code = main(["bench", "--bundle", str(smollm2_float_bundle), "--questions", str(questions),
-                 "--categories", "writing", "--limit", "1", "--max-new-tokens", "24", "--methods", ",".join(["none", *peers]), "--no-sweep",
-                 "--no-plots", "--out", str(out)])
+                 "--categories", "writing", "--limit", "1", "--max-new-tokens", "24",
+                 "--methods", ",".join(["none", *peers]), "--no-sweep", "--no-plots", "--out", str(out)])
     assert code == 0
     doc = json.loads((out / "bench.json").read_text())
     assert validate_report(doc, expect_methods=["none", *peers]) == []
