@@ -40,6 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--checkpoint-every", type=int, default=25)
     parser.add_argument("--resume", action="store_true", help="continue the checkpoint at --out")
+    parser.add_argument("--init", metavar="FILE|default",
+                        help="start from a trained adapter's weights (a checkpoint, a release copy, or `default`: "
+                             "the shipped one) with a fresh optimizer: fine-tuning on new data")
     parser.add_argument("--curve", default=None, help="write the loss curve (JSON) here too")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present, else CPU), cpu or cuda")
@@ -59,7 +62,14 @@ def run(args: argparse.Namespace) -> int:
     from mtpedge.models.distill_data import load_distill_data
     from mtpedge.models.loading import load_model
     from mtpedge.models.mtp_adapter import MtpAdapter, MtpConfig
-    from mtpedge.models.mtp_training import TrainConfig, load_checkpoint, train, write_curve, write_release_copy
+    from mtpedge.models.mtp_training import (
+        TrainConfig,
+        load_checkpoint,
+        start_from,
+        train,
+        write_curve,
+        write_release_copy,
+    )
 
     device = resolve_device(args.device)
     torch.set_num_threads(args.threads)
@@ -77,7 +87,12 @@ def run(args: argparse.Namespace) -> int:
                                teacher_weight=args.teacher_weight,
                                eval_every=args.eval_every if args.heldout_questions else 0)
     loaded.decoder.to(device)
-    adapter = MtpAdapter(loaded.decoder, mtp_config).to(device)
+    adapter = MtpAdapter(loaded.decoder, mtp_config)
+    if args.init and resume is None:
+        from mtpedge.export.mtp_export import resolve_adapter
+
+        start_from(adapter, load_checkpoint(resolve_adapter(args.init)), loaded.source_sha256)
+    adapter.to(device)
     evaluate = heldout_evaluation(args, loaded, out, str(device)) if args.heldout_questions else None
     trainable = sum(p.numel() for p in adapter.parameters() if p.requires_grad)
     response_tokens = sum(int(s.response_ids.size) for s in samples)
@@ -85,7 +100,8 @@ def run(args: argparse.Namespace) -> int:
           f"({args.sampler_form}), teacher weight {args.teacher_weight}, {trainable:,} trainable parameters; "
           f"{len(samples)} samples, {response_tokens:,} response tokens")
     base_info = {"name": loaded.name, "source_sha256": loaded.source_sha256}
-    data_info = {"file": str(args.data), "samples": len(samples), "response_tokens": response_tokens}
+    data_info = {"file": str(args.data), "samples": len(samples), "response_tokens": response_tokens,
+                 "init": args.init}
     started = time.perf_counter()
 
     def progress(m: dict) -> None:

@@ -247,6 +247,18 @@ def write_release_copy(checkpoint: str | Path, out: str | Path) -> int:
     return Path(out).stat().st_size
 
 
+def start_from(adapter: MtpAdapter, payload: dict, base_sha256: str) -> None:
+    """Load a trained adapter's weights (a checkpoint or a release copy) into `adapter` as a starting point: a
+    fine-tuning run on new data begins where that one ended, with a fresh optimizer and schedule."""
+    if MtpConfig(**payload["mtp_config"]) != adapter.config:
+        raise ValueError(f"the starting adapter was trained with {payload['mtp_config']}, not "
+                         f"{adapter.config.to_dict()}: pass its --k / --rank / --alpha / --sampler-form")
+    if payload.get("base", {}).get("source_sha256") != base_sha256:
+        raise ValueError(f"the starting adapter was trained on {payload.get('base', {}).get('name')}, not on this "
+                         "base model (weights differ): pass the model it was trained on, or drop --init")
+    adapter.load_trainable_state(payload["state"])
+
+
 def adapter_from_checkpoint(decoder, payload: dict) -> MtpAdapter:
     adapter = MtpAdapter(decoder, MtpConfig(**payload["mtp_config"]))
     adapter.load_trainable_state(payload["state"])

@@ -153,3 +153,21 @@ def test_a_checkpoint_is_refused_for_another_base_model(tiny_loaded, tiny_model_
     ckpt = train_dmtd(tiny_loaded, tiny_data, tmp_path, TrainSettings(model=CONFIG, steps=1, eval_every=0))
     with pytest.raises(ValueError, match="was trained on"):
         load_dmtd(ckpt, load_model(tiny_model_dir("qwen2")))
+
+
+def test_a_run_cut_short_gets_its_final_figures_when_resumed_at_the_step_it_reached(tiny_loaded, tiny_data,
+                                                                                     tmp_path):
+    calls = []
+
+    def evaluate(model):
+        calls.append(1)
+        return {"figure": float(len(calls))}
+
+    planned = TrainSettings(model=CONFIG, steps=6, lr=3e-3, warmup=1, checkpoint_every=2, eval_every=2)
+    train_dmtd(tiny_loaded, tiny_data, tmp_path, planned, stop_at=3, evaluate=evaluate)  # figures at step 2 only
+    ended = TrainSettings(**{**planned.__dict__, "steps": 3})
+    _, state = load_dmtd(train_dmtd(tiny_loaded, tiny_data, tmp_path, ended, resume=True, evaluate=evaluate),
+                         tiny_loaded)
+    assert state["step"] == 3 and [h["step"] for h in state["heldout"]] == [2, 3]
+    train_dmtd(tiny_loaded, tiny_data, tmp_path, ended, resume=True, evaluate=evaluate)  # nothing new to measure
+    assert len(calls) == 2

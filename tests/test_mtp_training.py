@@ -162,3 +162,27 @@ def test_release_copy_is_float16_without_optimizer_and_loads_as_the_adapter(tiny
         assert release["state"][name].dtype == torch.float16 and loaded[name].dtype == torch.float32
         torch.testing.assert_close(loaded[name], value.to(torch.float16).float())
     assert not list(tmp_path.glob(".*partial*"))
+
+
+def test_start_from_loads_a_release_copy_and_refuses_another_config_or_base(tiny_model_dir, tmp_path):
+    from mtpedge.models.loading import load_model
+    from mtpedge.models.mtp_training import start_from, write_release_copy
+
+    loaded = load_model(tiny_model_dir("llama"))
+    info = {"name": "tiny", "source_sha256": loaded.source_sha256}
+    torch.manual_seed(0)
+    train(MtpAdapter(loaded.decoder, MtpConfig(k=2, rank=4)), _samples(loaded.config.vocab_size, 2),
+          TrainConfig(steps=3, warmup=1, max_blocks=4), tmp_path / "a.pt", info, {})
+    write_release_copy(tmp_path / "a.pt", tmp_path / "release.pt")
+    release = load_checkpoint(tmp_path / "release.pt")
+    torch.manual_seed(1)
+    fresh = MtpAdapter(load_model(tiny_model_dir("llama")).decoder, MtpConfig(k=2, rank=4))  # one adapter a decoder
+    start_from(fresh, release, loaded.source_sha256)
+    for name, value in fresh.trainable_state().items():
+        assert value.dtype == torch.float32
+        torch.testing.assert_close(value, release["state"][name].float())
+    with pytest.raises(ValueError, match="--k / --rank"):
+        start_from(MtpAdapter(load_model(tiny_model_dir("llama")).decoder, MtpConfig(k=3, rank=4)), release,
+                   loaded.source_sha256)
+    with pytest.raises(ValueError, match="not on this base model"):
+        start_from(fresh, release, "another")
