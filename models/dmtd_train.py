@@ -283,10 +283,10 @@ def train_dmtd(loaded: LoadedModel, data: Path, out_dir: Path, settings: TrainSe
             say("held-out " + " ".join(f"{k} {v}" for k, v in figures.items()))
         if step % settings.checkpoint_every == 0 or step == last:
             save()
-    if evaluate is not None and step == settings.steps and (not heldout or heldout[-1]["step"] != step):
+    if evaluate is not None and step == settings.steps and (not run.heldout or run.heldout[-1]["step"] != step):
         # a run cut short and resumed with --steps at the step it reached: its final figures
-        heldout.append({"step": step, **evaluate(model)})
-        say("held-out " + " ".join(f"{k} {v}" for k, v in heldout[-1].items()))
+        run.heldout.append({"step": step, **evaluate(model)})
+        say("held-out " + " ".join(f"{k} {v}" for k, v in run.heldout[-1].items()))
         save()
     elif steps_run == 0:
         save()
