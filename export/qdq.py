@@ -82,6 +82,7 @@ class QdqConfig:
     # module names) get 16-bit per-channel weights: the most sensitive ones (qdq_recipe.md)
     wide_weights: tuple[str, ...] = ("lm_head", "v_proj", "down_proj")
     gptq: bool = True  # round the 8-bit weights by GPTQ on the calibration inputs (qdq_gptq.py)
+    smooth_alpha: float = 0.0  # SmoothQuant strength for the norms' outputs (qdq_smooth.py); 0 = not smoothed
 
     def __post_init__(self) -> None:
         if self.calibration not in CALIBRATION_SOURCES:
@@ -89,6 +90,8 @@ class QdqConfig:
         if self.activation_bits not in (8, 16) or self.weight_bits not in (4, 8):
             raise ValueError(f"QDQ supports 8/16-bit activations and 4/8-bit weights, got a{self.activation_bits}"
                              f"w{self.weight_bits}")
+        if not 0.0 <= self.smooth_alpha < 1.0:
+            raise ValueError(f"QDQ smooth_alpha must be in [0, 1) (0 = no smoothing), got {self.smooth_alpha}")
         if self.mask_value >= 0 or self.mask_value < -1e4:
             raise ValueError(f"the QDQ mask value must be a negative number of moderate size (about -100): "
                              f"{self.mask_value} would take the whole 16-bit range of the bias")

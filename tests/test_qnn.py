@@ -90,6 +90,12 @@ def test_qdq_config_refuses_a_huge_mask_value():
         QdqConfig(mask_value=-1e9)
 
 
+@pytest.mark.parametrize("alpha", [-0.5, 1.0])
+def test_qdq_config_refuses_a_smoothing_strength_outside_0_1(alpha):
+    with pytest.raises(ValueError, match=r"smooth_alpha must be in \[0, 1\)"):
+        QdqConfig(smooth_alpha=alpha)
+
+
 def test_htp_simulator_runs_the_whole_graph_and_matches_cpu_qdq(qdq_tiny):
     """CPU fallback disabled: a session exists only if every node runs on the HTP."""
     needs_qnn()
