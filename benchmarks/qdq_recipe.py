@@ -6,8 +6,8 @@
 A bundle holding only FLOAT_BUNDLE's widest graph (prefill 64 for SmolLM2) goes through the real
 `qdq_bundle` with each step's QdqConfig, then is compared with float32 as benchmarks/qdq_quality.py does
 (held text; Spec-Bench first questions + float32's own 48-token answers; top-1 and perplexity), on the
-CPU's QDQ emulation (`smooth`: the default plus qdq_smooth.py's smoothing). The `w:` steps quantize
-weights only (activations stay float): which 8-bit matrices cost what, with rounding to nearest or GPTQ.
+CPU's QDQ emulation (`smooth`, `outliers10`: the default plus smoothing / a lower outlier ratio). The `w:`
+steps quantize weights only (activations stay float): which 8-bit matrices cost what, with rounding to nearest or GPTQ.
 One line of JSON per step is appended to --out, so an interrupted run keeps what it finished and a rerun
 skips the steps already there; the calibration tokens are made once per source and kept in WORK
 (calibration-SOURCE.json).
@@ -48,6 +48,7 @@ for _name, _change in CHANGES:
 assert STEPS["distilled"] == QdqConfig(), "the last step is the default recipe"
 # tried on top of the default recipe, not (yet) in it
 STEPS["smooth"] = replace(QdqConfig(), smooth_alpha=0.5)
+STEPS["outliers10"] = replace(QdqConfig(), outlier_ratio=10.0)  # more of the MLP in fp16 (qdq_recipe.md's lab rows)
 
 # weights only (activations float): which 8-bit weights cost what. (8-bit modules or "all", rounding)
 MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")
