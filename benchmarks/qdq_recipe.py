@@ -6,9 +6,11 @@
 A bundle holding only FLOAT_BUNDLE's widest graph (prefill 64 for SmolLM2) goes through the real
 `qdq_bundle` with each step's QdqConfig, then is compared with float32 as benchmarks/qdq_quality.py does
 (held text; Spec-Bench first questions + float32's own 48-token answers; top-1 and perplexity), on the
-CPU's QDQ emulation. The `w:` steps quantize weights only (activations stay float): which 8-bit matrices
-cost what, with rounding to nearest or GPTQ. One line of JSON per step is appended to --out, so an
-interrupted run keeps what it finished and a rerun skips the steps already there.
+CPU's QDQ emulation (`smooth`, `outliers10`: the default plus smoothing / a lower outlier ratio). The `w:`
+steps quantize weights only (activations stay float): which 8-bit matrices cost what, with rounding to nearest or GPTQ.
+One line of JSON per step is appended to --out, so an interrupted run keeps what it finished and a rerun
+skips the steps already there; the calibration tokens are made once per source and kept in WORK
+(calibration-SOURCE.json).
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ STEPS = {"old": QdqConfig(**OLD)}
 for _name, _change in CHANGES:
     STEPS[_name] = replace(list(STEPS.values())[-1], **_change)
 assert STEPS["distilled"] == QdqConfig(), "the last step is the default recipe"
+# tried on top of the default recipe, not (yet) in it
+STEPS["smooth"] = replace(QdqConfig(), smooth_alpha=0.5)
+STEPS["outliers10"] = replace(QdqConfig(), outlier_ratio=10.0)  # more of the MLP in fp16 (qdq_recipe.md's lab rows)
 
 # weights only (activations float): which 8-bit weights cost what. (8-bit modules or "all", rounding)
 MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")
@@ -105,6 +110,16 @@ def weights_only_bundle(one: Path, dst: Path, step: str) -> Path:
     return dst
 
 
+def calibration_tokens(one: Path, work: Path, config: QdqConfig) -> list[int]:
+    """calibration_stream's tokens for `config`'s source, made once and kept in `work`."""
+    from mtpedge.export.qdq_bundle import calibration_stream
+
+    kept = work / f"calibration-{config.calibration}.json"
+    if not kept.exists():
+        kept.write_text(json.dumps(calibration_stream(one, config, print)))
+    return json.loads(kept.read_text())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("float_bundle")
@@ -131,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
             folder = weights_only_bundle(one, work / step.replace(":", "-"), step)
             config = dict(zip(("eight_bit", "sixteen_bit", "rounding"), WEIGHT_STEPS[step], strict=True))
         else:
-            folder = qdq_bundle(one, work / step, STEPS[step], progress=print, quality=False)
+            folder = qdq_bundle(one, work / step, STEPS[step], progress=print, quality=False,
+                                calibration=calibration_tokens(one, work, STEPS[step]))
             config = vars(STEPS[step])
         built = time.perf_counter() - started
         engine = Engine.load(folder)

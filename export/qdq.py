@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
 
 from mtpedge.runtime.contract import new_key_name, new_value_name, past_key_name, past_value_name
 
@@ -82,6 +82,7 @@ class QdqConfig:
     # module names) get 16-bit per-channel weights: the most sensitive ones (qdq_recipe.md)
     wide_weights: tuple[str, ...] = ("lm_head", "v_proj", "down_proj")
     gptq: bool = True  # round the 8-bit weights by GPTQ on the calibration inputs (qdq_gptq.py)
+    smooth_alpha: float = 0.0  # SmoothQuant strength for the norms' outputs (qdq_smooth.py); 0 = not smoothed
 
     def __post_init__(self) -> None:
         if self.calibration not in CALIBRATION_SOURCES:
@@ -89,6 +90,8 @@ class QdqConfig:
         if self.activation_bits not in (8, 16) or self.weight_bits not in (4, 8):
             raise ValueError(f"QDQ supports 8/16-bit activations and 4/8-bit weights, got a{self.activation_bits}"
                              f"w{self.weight_bits}")
+        if not 0.0 <= self.smooth_alpha < 1.0:
+            raise ValueError(f"QDQ smooth_alpha must be in [0, 1) (0 = no smoothing), got {self.smooth_alpha}")
         if self.mask_value >= 0 or self.mask_value < -1e4:
             raise ValueError(f"the QDQ mask value must be a negative number of moderate size (about -100): "
                              f"{self.mask_value} would take the whole 16-bit range of the bias")
@@ -104,48 +107,28 @@ def weight_bits(node_name: str, config: QdqConfig) -> int:
 
 
 def fuse_rms_norms(model: onnx.ModelProto) -> int:
-    """Replace x * (1 / sqrt(mean(x^2) + eps)) * w (as traced) by SimplifiedLayerNormalization(x, w); returns count."""
-    graph = model.graph
-    producer = {out: node for node in graph.node for out in node.output}
-    consts = {t.name: numpy_helper.to_array(t) for t in graph.initializer if not t.dims}
-    for node in graph.node:
-        if node.op_type == "Constant":
-            consts[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
-    fused, dead = [], set()
-    for mul_w in graph.node:
-        # Mul(Mul(x, Div(1, Sqrt(Add(ReduceMean(Pow(x, 2)), eps)))), weight)
-        if mul_w.op_type != "Mul" or mul_w.input[0] not in producer:
-            continue
-        mul_x = producer[mul_w.input[0]]
-        if mul_x.op_type != "Mul" or mul_x.input[1] not in producer:
-            continue
-        chain, name = [], mul_x.input[1]
-        for op in ("Div", "Sqrt", "Add", "ReduceMean", "Pow"):
-            node = producer.get(name)
-            if node is None or node.op_type != op:
-                break
-            chain.append(node)
-            name = node.input[1] if op == "Div" else node.input[0]
-        else:
-            div, _, add, _, pow_ = chain
-            x = mul_x.input[0]
-            if pow_.input[0] != x or float(consts.get(div.input[0], np.nan)) != 1.0:
-                continue
-            eps = float(consts[add.input[1]])
-            fused.append((mul_w, helper.make_node("SimplifiedLayerNormalization", [x, mul_w.input[1]],
-                                                  [mul_w.output[0]], name=f"{mul_w.name}.rmsnorm", axis=-1,
-                                                  epsilon=eps, stash_type=1)))
-            dead.update(id_ for id_ in (mul_x.output[0], *[n.output[0] for n in chain]))
+    """Replace x * (1 / sqrt(mean(x^2) + eps)) * w (as traced) by SimplifiedLayerNormalization(x, w); returns count.
+
+    The fusion is onnxruntime's own (its transformer optimizer's FusionSimplifiedLayerNormalization; the QNN
+    preprocessing's `fuse_layernorm` only fuses mean-subtracting LayerNorms and leaves RMSNorms alone). Each
+    fused node is named after the Mul it replaces, so names agree across widths (float16_nodes picks nodes by
+    name on the widest graph), and the opset is set to QDQ_OPSET by hand.
+    """
+    from onnxruntime.transformers.fusion_simplified_layernorm import FusionSimplifiedLayerNormalization
+    from onnxruntime.transformers.onnx_model import OnnxModel
+
+    wrapped = OnnxModel(model)
+    order = {n.output[0]: i for i, n in enumerate(model.graph.node)}  # a fused node takes its last Mul's place
+    before = {n.output[0] for n in model.graph.node if n.op_type == "SimplifiedLayerNormalization"}
+    FusionSimplifiedLayerNormalization(wrapped).apply()
+    wrapped.prune_graph(allow_remove_graph_inputs=False)
+    fused = [n for n in model.graph.node if n.op_type == "SimplifiedLayerNormalization" and n.output[0] not in before]
+    for node in fused:
+        node.name = f"{node.output[0].removesuffix('_output_0')}.rmsnorm"
     if not fused:
         return 0
-    replacement = {mul_w.output[0]: new for mul_w, new in fused}
-    nodes = []
-    for node in graph.node:
-        if node.output[0] in dead:
-            continue
-        nodes.append(replacement.get(node.output[0], node))
-    _set_nodes(graph, nodes)
-    _drop_unused_constants(graph)
+    _set_nodes(model.graph, sorted(model.graph.node, key=lambda n: order[n.output[0]]))
+    _drop_unused_constants(model.graph)
     for opset in model.opset_import:
         if opset.domain in ("", "ai.onnx"):
             opset.version = QDQ_OPSET

@@ -33,6 +33,7 @@ from .qdq import (
 )
 from .qdq_float16 import activation_statistics, float16_nodes
 from .qdq_gptq import apply_rounded, gptq_weights
+from .qdq_smooth import apply_smoothing, smoothing_factors
 from .quality import write_manifest_with_quality
 from .staging import copy_host_files, float_source, staged_folder
 
@@ -183,8 +184,13 @@ def calibration_stream(src: Path, config: QdqConfig, say: Callable[[str], None])
 
 
 def qdq_bundle(src: str | Path, out_dir: str | Path, config: QdqConfig | None = None,
-               progress: Callable[[str], None] | None = None, quality: bool = True) -> Path:
-    """Write a QDQ copy of the float bundle `src` into `out_dir` (atomically), encodings in the manifest."""
+               progress: Callable[[str], None] | None = None, quality: bool = True,
+               calibration: list[int] | None = None) -> Path:
+    """Write a QDQ copy of the float bundle `src` into `out_dir` (atomically), encodings in the manifest.
+
+    `calibration`: the token ids to calibrate on, when the caller has them already (calibration_stream's
+    output for this bundle and config: a benchmark building several configs makes them once).
+    """
     config = config or QdqConfig()
     say = progress or log.info
     src, out_dir = Path(src), Path(out_dir)
@@ -196,10 +202,11 @@ def qdq_bundle(src: str | Path, out_dir: str | Path, config: QdqConfig | None = 
         shared = SharedWeights(tmp / "weights.data")
         entries, encodings = {}, {}
         widest_first = sorted(manifest.graphs, key=lambda g: -g.width)
-        stream = calibration_stream(src, config, say)
+        stream = calibration if calibration is not None else calibration_stream(src, config, say)
         fixed: dict[str, dict] | None = None  # the widest graph's activation encodings, for every other width
         float_nodes: list[str] = []  # decided on the widest graph; node names are the same in every width
         rounded: dict = {}  # GPTQ's 8-bit weights by MatMul name, computed on the widest graph, used in every width
+        smoothing: dict = {}  # smoothing factors by norm name, likewise
         try:
             for i, entry in enumerate(widest_first, 1):
                 # the other widths take the widest graph's encodings: a couple of calls only feed the quantizer
@@ -211,6 +218,11 @@ def qdq_bundle(src: str | Path, out_dir: str | Path, config: QdqConfig | None = 
                     stats = (activation_statistics(model, [feeds for feeds, _ in calls[:4]])
                              if config.outlier_ratio > 0 else None)
                     float_nodes = float16_nodes(model, stats, config.float16_stream, config.outlier_ratio)
+                    if config.smooth_alpha:  # the float function is unchanged: the recorded calls stay valid
+                        smoothing = smoothing_factors(model, [feeds for feeds, _ in calls], float_nodes,
+                                                      config.smooth_alpha)
+                apply_smoothing(model, smoothing)
+                if fixed is None:
                     if config.gptq:
                         rounded = gptq_weights(model, [feeds for feeds, _ in calls], gptq_targets(model, config,
                                                                                                    float_nodes))
@@ -230,7 +242,7 @@ def qdq_bundle(src: str | Path, out_dir: str | Path, config: QdqConfig | None = 
             shared.close()
         info = {"config": config_dict(config), "encodings": {g.name: encodings[g.name] for g in manifest.graphs},
                 "tied_kv": True, "encodings_from": widest_first[0].name, "float16_nodes": float_nodes,
-                "gptq_weights": len(rounded),
+                "gptq_weights": len(rounded), "smoothed_norms": len(smoothing),
                 "calibration_tokens": len(stream)}
         entries = [entries[g.name] for g in manifest.graphs]
         new = replace(manifest, graphs=entries, mask_value=config.mask_value,

@@ -52,8 +52,8 @@ def channel_maxima(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], t
     return maxima
 
 
-def smoothing_factors(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], float_nodes: list[str]
-                      ) -> dict[str, np.ndarray]:
+def smoothing_factors(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], float_nodes: list[str],
+                      alpha: float = ALPHA) -> dict[str, np.ndarray]:
     """norm node name -> s (one factor per channel), from the float graph's calibration calls."""
     norms = smoothable_norms(model, float_nodes)
     by_name = {n.name: n for n in model.graph.node}
@@ -63,7 +63,7 @@ def smoothing_factors(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]]
     for name, users in norms.items():
         weights = np.max([np.abs(numpy_helper.to_array(inits[u.input[1]])).max(axis=1) for u in users], axis=0)
         a = np.maximum(activations[by_name[name].output[0]], 1e-5)
-        factors[name] = (a ** ALPHA / np.maximum(weights, 1e-5) ** (1 - ALPHA)).astype(np.float32)
+        factors[name] = (a ** alpha / np.maximum(weights, 1e-5) ** (1 - alpha)).astype(np.float32)
     return factors
 
 

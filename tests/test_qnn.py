@@ -85,9 +85,33 @@ def test_every_width_takes_the_widest_graphs_activation_encodings(qdq_tiny):
         assert {t: encodings[t] for t in common} == {t: by_graph[widest][t] for t in common}, name
 
 
+def test_smoothing_goes_into_every_width_and_keeps_the_models_answers(tiny_bundle, qdq_tiny, tmp_path):
+    """QdqConfig.smooth_alpha: every graph gets the widest graph's factors (its encodings assume them), so each
+    width's QDQ logits stay as close to float32 as the unsmoothed bundle's."""
+    src = tiny_bundle("llama")
+    smoothed = qdq_bundle(src, tmp_path / "smoothed", QdqConfig(smooth_alpha=0.5), quality=False)
+    manifest = read_manifest(smoothed)
+    assert manifest.extras["qdq"]["smoothed_norms"] == 2 * manifest.config.num_layers + 1
+    rng = np.random.default_rng(0)
+    for entry in manifest.graphs:
+        feeds = {name: rng.normal(0, 0.3, shape).astype(np.float32) for name, shape in entry.inputs.items()}
+        feeds["attention_bias"][:] = 0.0
+        float_logits, plain, smooth = (
+            ort.InferenceSession(str(folder / entry.file), providers=["CPUExecutionProvider"]).run(["logits"], feeds)[0]
+            for folder in (src, qdq_tiny, smoothed))
+        corr = [np.corrcoef(q.ravel(), float_logits.ravel())[0, 1] for q in (plain, smooth)]
+        assert corr[1] > corr[0] - 0.02, entry.name
+
+
 def test_qdq_config_refuses_a_huge_mask_value():
     with pytest.raises(ValueError, match="about -100"):
         QdqConfig(mask_value=-1e9)
+
+
+@pytest.mark.parametrize("alpha", [-0.5, 1.0])
+def test_qdq_config_refuses_a_smoothing_strength_outside_0_1(alpha):
+    with pytest.raises(ValueError, match=r"smooth_alpha must be in \[0, 1\)"):
+        QdqConfig(smooth_alpha=alpha)
 
 
 def test_htp_simulator_runs_the_whole_graph_and_matches_cpu_qdq(qdq_tiny):
