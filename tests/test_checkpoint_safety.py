@@ -1,7 +1,7 @@
 """A checkpoint file never runs code: every loader of a user-supplied .pt refuses a pickle that builds objects.
 
 The hostile file here asks the unpickler to call `open(marker, "w")`; with a loader that executes pickles
-(torch.load(weights_only=False), as before this test existed) the marker file appears.
+(torch.load with its weights-only unpickler off, as before this test existed) the marker file appears.
 """
 
 from __future__ import annotations
