@@ -1,7 +1,7 @@
 """Checkpoint files (.pt) of the trainers: written atomically, read without ever running code from them.
 
-A `.pt` file is a zip of pickles. `torch.load` with the weights-only unpickler off executes whatever a crafted file's pickle
-asks for before any check can look at it, so every loader of a file a user hands us goes through
+A `.pt` file is a zip of pickles. `torch.load` with the weights-only unpickler off executes whatever a crafted
+file's pickle asks for before any check can look at it, so every loader of a file a user hands us goes through
 `read_checkpoint`: torch's restricted unpickler (`weights_only=True`) accepts tensors, numbers, strings and
 plain containers only, and anything else is refused with a message that names the file.
 """
