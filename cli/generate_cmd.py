@@ -12,6 +12,7 @@ import argparse
 import json
 import math
 import sys
+from pathlib import Path
 
 from mtpedge.bundles import COST_MODEL_HELP, DMTD_DRAFTERS, PRECISIONS, attach_cost_table, ensure_bundle
 from mtpedge.runtime.sampling import SamplingConfig
@@ -112,22 +113,31 @@ def check_options(args: argparse.Namespace) -> SamplingConfig:
     return sampling
 
 
+def bundle_for_drafter(args: argparse.Namespace, say=print) -> Path:
+    """The bundle to run (--bundle, or the automatic export: the -mtp / -dmtd one when --drafter needs it); a
+    drafter left unnamed becomes that bundle's default (runtime.drafters.default_drafter)."""
+    from mtpedge.runtime.bundle import read_manifest
+    from mtpedge.runtime.drafters import default_drafter, parse_drafter
+
+    named = args.drafter.name if args.drafter is not None else None
+    folder = ensure_bundle(args.bundle, args.model, args.context or DEFAULT_CONTEXT, say=say,
+                           mtp=named == "mtp", dmtd=named in DMTD_DRAFTERS, precision=args.precision)
+    if args.drafter is None:
+        args.drafter = parse_drafter(default_drafter(read_manifest(folder)))
+    return folder
+
+
 def load_engine(args: argparse.Namespace, say=print, cost_table: bool = False):
     """The engine of --bundle (or of the automatic export), after the drafter spec is checked against the bundle's
     graph widths; prints the lossy warning for a lossy drafter. The engine gets its --cost-model table when the
     drafter sizes its trees, or always with `cost_table` (chat: the drafter may change)."""
     from mtpedge.runtime.bundle import read_manifest
-    from mtpedge.runtime.drafters import DRAFTERS, check_fits, default_drafter, parse_drafter
+    from mtpedge.runtime.drafters import DRAFTERS, check_fits
     from mtpedge.runtime.engine import Engine
     from mtpedge.runtime.generate import LOSSY_WARNING
 
-    named = args.drafter.name if args.drafter is not None else None
-    folder = ensure_bundle(args.bundle, args.model, args.context or DEFAULT_CONTEXT, say=say,
-                           mtp=named == "mtp", dmtd=named in DMTD_DRAFTERS, precision=args.precision)
-    manifest = read_manifest(folder)
-    if args.drafter is None:
-        args.drafter = parse_drafter(default_drafter(manifest))
-    check_fits(args.drafter, [g.width for g in manifest.graphs])
+    folder = bundle_for_drafter(args, say)
+    check_fits(args.drafter, [g.width for g in read_manifest(folder).graphs])
     if args.drafter.name in DRAFTERS and DRAFTERS[args.drafter.name].lossy:
         print(f"warning: {LOSSY_WARNING.format(name=args.drafter.name)}", file=sys.stderr)
     engine = Engine.load(folder, threads=args.threads, providers=providers_for(args))

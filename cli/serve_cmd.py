@@ -20,8 +20,8 @@ import os
 import signal
 import sys
 
-from mtpedge.bundles import COST_MODEL_HELP, DMTD_DRAFTERS, attach_cost_table, ensure_bundle
-from mtpedge.generate_cmd import add_precision_argument, drafter_spec
+from mtpedge.bundles import COST_MODEL_HELP, attach_cost_table
+from mtpedge.generate_cmd import add_precision_argument, bundle_for_drafter, drafter_spec
 from mtpedge.runtime.drafters import DEFAULT_DRAFTER
 from mtpedge.runtime.sampling import DEFAULT_TEMPERATURE
 
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         import aiohttp  # noqa: F401
     except ImportError as err:
         raise SystemExit("mtpedge serve needs aiohttp: `pip install 'mtpedge[serve]'`") from err
-    from mtpedge.runtime.drafters import default_drafter, make_drafter, parse_drafter
+    from mtpedge.runtime.drafters import make_drafter
     from mtpedge.runtime.engine import Engine
     from mtpedge.runtime.generate import LOSSY_WARNING
     from mtpedge.server.access import check_bind
@@ -72,12 +72,7 @@ def run(args: argparse.Namespace) -> int:
     if args.max_queue < 1:
         raise ValueError(f"--max-queue must be >= 1, got {args.max_queue}")
     check_bind(args.host, args.api_key)  # before the model loads
-    named = args.drafter.name if args.drafter is not None else None
-    engine = Engine.load(ensure_bundle(args.bundle, args.model, args.context, mtp=named == "mtp",
-                                       dmtd=named in DMTD_DRAFTERS, precision=args.precision),
-                         threads=args.threads)
-    if args.drafter is None:
-        args.drafter = parse_drafter(default_drafter(engine.manifest))
+    engine = Engine.load(bundle_for_drafter(args), threads=args.threads)
     attach_cost_table(engine, args.cost_model)  # a request may name any drafter: measured (or read) once here
     drafter = make_drafter(args.drafter, engine)  # refuse now, not at the first request, what the bundle cannot run
     if drafter is not None and drafter.lossy:
