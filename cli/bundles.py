@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from mtpedge.runtime.bundle import MANIFEST, read_manifest
+from mtpedge.runtime.contract import FUSED_OPS
 
 PRECISIONS = ("auto", "float32")
 # the fast bundle's smaller context buckets (those below its context): a conversation that fits 256 or 512
@@ -81,7 +82,8 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
     folder = default_bundle_dir(model, context, flavor)
     cached = (folder / MANIFEST).is_file()
     if cached and (mtp or (dmtd and not _predates_shipped_dmtd(folder))
-                   or (not dmtd and not (model is None and _lacks_shipped_masks(folder)))):
+                   or (not dmtd and not (model is None and _lacks_shipped_masks(folder))
+                       and not (fast and _predates_fused_ops(folder)))):
         return folder
     try:
         from mtpedge.export.bundle_writer import ExportConfig, export_bundle
@@ -93,8 +95,11 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
             "`pip install 'mtpedge[export]'`, or pass --bundle DIR"
         ) from err
     if cached:  # the atomic export replaces it only once the new one is complete
-        shipped = "DMTD model" if dmtd else "learned masks"
-        say(f"the cached bundle {folder} predates the {shipped} shipped for the default model: re-exporting it")
+        if fast and _predates_fused_ops(folder):
+            say(f"the cached bundle {folder} predates the fused CPU operators (leaner calls): re-exporting it")
+        else:
+            shipped = "DMTD model" if dmtd else "learned masks"
+            say(f"the cached bundle {folder} predates the {shipped} shipped for the default model: re-exporting it")
     what = "the default model" if model is None else model
     extra = {"mtp": " with its shipped multi-token adapter", "dmtd": " with its shipped DMTD model",
              FAST_LABEL: " on its GGUF grid (fast kernels)"}.get(flavor, "")
@@ -116,6 +121,11 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
                                               **({"decode_widths": FAST_DECODE_WIDTHS} if fast else {})),
                   progress=say)
     return folder
+
+
+def _predates_fused_ops(folder: Path) -> bool:
+    """A fast bundle exported before its graphs used onnxruntime's fused CPU operators (export/fused_ops.py)."""
+    return not read_manifest(folder).extras.get(FUSED_OPS)
 
 
 def _predates_shipped_dmtd(folder: Path) -> bool:

@@ -19,9 +19,10 @@ import torch
 
 from mtpedge import __version__
 from mtpedge.runtime.bundle import GraphEntry, Manifest, TokenizerInfo, write_manifest
-from mtpedge.runtime.contract import DEFAULT_MASK_VALUE, LAYER_HIDDEN, graph_name
+from mtpedge.runtime.contract import DEFAULT_MASK_VALUE, FUSED_OPS, LAYER_HIDDEN, graph_name
 
 from ..models.loading import LoadedModel, load_model
+from .fused_ops import fuse_decoder_ops
 from .onnx_graphs import SharedWeights, check_contract, trace_graph
 from .parity import graph_parity
 from .precision import Precision
@@ -143,6 +144,16 @@ def _masks_fit(config: ExportConfig) -> bool:
     return config.target_soc is None and (config.quantization is None or isinstance(config.quantization, QuantConfig))
 
 
+def _fuses_ops(config: ExportConfig) -> bool:
+    """MatMulNBits bundles are traced onto onnxruntime's fused CPU ops (export/fused_ops.py) before quantization.
+
+    A float32 bundle keeps standard operators: it is the QDQ converter's input, and fused ops bought it ~1% of a
+    width-1 call (benchmarks/results/fast/README.md, section 8)."""
+    from .quantize_bundle import QuantConfig
+
+    return config.target_soc is None and isinstance(config.quantization, QuantConfig)
+
+
 def _learned_masks(config: ExportConfig, loaded: LoadedModel):
     """The (LearnedMasks, origin) to attach, or None (see ExportConfig.learned_masks)."""
     from .learned_masks import checked_masks, default_masks_path, load_masks_file
@@ -190,7 +201,7 @@ def _write_contents(loaded: LoadedModel, folder: Path, config: ExportConfig, say
     specs = [(kind, width, context) for context in (config.context, *sorted(config.context_buckets, reverse=True))
              for kind, width in [("prefill", config.prefill_width)] + [("decode", w) for w in config.decode_widths]]
     weights = SharedWeights(folder / WEIGHTS_FILE)
-    entries, parity = [], {}
+    entries, parity, fused = [], {}, {}
     try:
         for i, (kind, width, context) in enumerate(specs, 1):
             name = graph_name(kind, width, context)
@@ -199,6 +210,8 @@ def _write_contents(loaded: LoadedModel, folder: Path, config: ExportConfig, say
             shape = _shape(cfg, width, context, adapter, config.tap_layer)
             graph = trace_graph(graph_module, shape)
             check_contract(graph, shape)
+            if _fuses_ops(config):
+                fused = fuse_decoder_ops(graph)
             weights.externalize(graph)
             onnx.save_model(graph, folder / f"{name}.onnx")
             del graph
@@ -225,7 +238,7 @@ def _write_contents(loaded: LoadedModel, folder: Path, config: ExportConfig, say
         mask_value=config.mask_value,
         source_sha256=loaded.source_sha256,
         producer=_producer_versions(),
-        extras={"export_parity": parity, "weights_file": WEIGHTS_FILE,
+        extras={"export_parity": parity, "weights_file": WEIGHTS_FILE, **({FUSED_OPS: fused} if fused else {}),
                 **(tree_template_extras(config.decode_widths) if config.tree_templates else {}), **mtp_extras,
                 **config.extras},
     )

@@ -46,6 +46,8 @@ DEFAULT_MASK_VALUE = -1e9
 LORA_GATE = "lora_gate"
 HIDDEN_STATES = "hidden_states"
 LAYER_HIDDEN = "layer_hidden"  # the output, and the manifest extras key holding its layer T
+# manifest extras key: the graphs use onnxruntime's fused CPU contrib ops (export/fused_ops.py), {op: count}
+FUSED_OPS = "fused_ops"
 
 
 def past_key_name(layer: int) -> str:

@@ -24,7 +24,8 @@ def _fake_export(exported):
         exported.append((model, folder.name, config.quantization, config.mtp_adapter))
         configs.append(config)
         folder.mkdir(parents=True)
-        (folder / "manifest.json").write_text(json.dumps({"extras": {"mtp": {"masks_file": "m.npy"}}}))
+        (folder / "manifest.json").write_text(json.dumps({"extras": {"mtp": {"masks_file": "m.npy"},
+                                                                     "fused_ops": {"rotary": 60}}}))
     return export
 
 

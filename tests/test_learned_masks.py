@@ -129,7 +129,7 @@ def test_masks_for_other_weights_are_refused_with_a_clear_error(tmp_path, tiny, 
 
 def _fake_default_bundle(folder, masks_file: str | None, source_sha256: str) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    extras = {"mtp": {"masks_file": masks_file}} if masks_file else {}
+    extras = {"fused_ops": {"rotary": 60}, **({"mtp": {"masks_file": masks_file}} if masks_file else {})}
     (folder / "manifest.json").write_text(json.dumps({"extras": extras, "source_sha256": source_sha256}))
 
 
