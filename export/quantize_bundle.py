@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 WEIGHT_CHOICES = ("gguf", "int8", "int4")
 OUTPUT_CHOICES = ("same", "float32", "int8", "int4")
 QUANT_WEIGHTS_FILE = "weights.data"
+FINE_BLOCK = 16  # the smallest block MatMulNBits' int8 kernels take
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,10 @@ class QuantConfig:
     # MatMuls whose node name contains one of these (e.g. "down_proj") keep float activations (level 0) whatever
     # accuracy_level says: where int8 activations cost the most top-1 agreement
     float_activation_roles: tuple[str, ...] = ()
+    # MatMuls whose node name contains one of these keep int8 activations but in blocks of FINE_BLOCK inputs (the
+    # grid's blocks split, the weights unchanged): MLAS quantizes activations per weight block, so this is the
+    # cheap way to make their activations more exact; unlike level 0 it computes a row alike at every width
+    fine_activation_roles: tuple[str, ...] = ()
     quality_report: bool = True
 
     def __post_init__(self) -> None:
@@ -59,6 +64,9 @@ class QuantConfig:
         if self.accuracy_level not in (0, 1, 2, 3, 4):
             raise ValueError(f"accuracy level must be 0-4, got {self.accuracy_level}")
 
+    def is_fine(self, node_name: str) -> bool:
+        return any(role in node_name for role in self.fine_activation_roles)
+
     def level_for(self, node_name: str) -> int:
         """The accuracy level of one 4-bit MatMul (see float_activation_roles)."""
         return 0 if any(role in node_name for role in self.float_activation_roles) else self.accuracy_level
@@ -70,6 +78,7 @@ class QuantConfig:
         if self.accuracy_level:
             main += f"-a{self.accuracy_level}"
             main += "".join(f"-{role.split('_')[0]}0" for role in self.float_activation_roles)
+            main += "".join(f"-{role.split('_')[0]}{FINE_BLOCK}" for role in self.fine_activation_roles)
         return main if self.output_layer == "same" else f"{main}+out:{self.output_layer}"
 
 
@@ -151,6 +160,8 @@ def quantize_graph(src_file: Path, source: WeightSource, weights_file: SharedWei
         weights = source.weights_for(_read_external(init, folder), matmul.is_output_layer)
         if weights is not None:
             is_8bit = weights.bits == 8
+            if not is_8bit and source.config.is_fine(matmul.node.name) and weights.block_size > FINE_BLOCK:
+                weights = weights.split_blocks(FINE_BLOCK)
             rewriter.replace(matmul.node, weights, 4 if is_8bit else source.config.level_for(matmul.node.name))
             replaced += 1
     rewriter.finish()
