@@ -83,10 +83,12 @@ class QuantConfig:
 
 
 # The default bundle of a GGUF source (`generate`/`chat`/`serve`/`bench` without --bundle, `export`'s auto):
-# the file's own grid, int8-activation kernels except in the MLP's down projection. Measured on SmolLM2
-# (benchmarks/results/fast/precision.md): int8 activations everywhere 96.4% top-1 agreement with float32 (below
-# the 97% gate), with down_proj kept float 98.1% (perplexity 17.25 vs 17.28), all 4-bit layers float 98.9%.
-FAST = QuantConfig(weights="gguf", accuracy_level=4, float_activation_roles=("down_proj",))
+# the file's own grid, every 4-bit MatMul on the int8-activation kernels, the MLP's down projection with its
+# activations quantized per 16 inputs. Measured on SmolLM2 (benchmarks/results/fast/README.md, sections 1 and 5):
+# int8 activations everywhere 96.4% top-1 agreement with float32 (below the 97% gate); down_proj in 16-input
+# blocks 97.5% (perplexity 17.21 vs 17.28); down_proj with float activations 98.1%, but float activations run a
+# one-row call through another kernel than a wider call, so drafting on that bundle was not lossless.
+FAST = QuantConfig(weights="gguf", accuracy_level=4, fine_activation_roles=("down_proj",))
 
 
 class WeightSource:

@@ -32,14 +32,21 @@ DEFAULT_DRAFTER = "lookup"
 
 
 def default_drafter(manifest) -> str:
-    """The drafter a bundle decodes with when none is named: DEFAULT_DRAFTER on float32 graphs, where a wide
-    verification call computes each row bit for bit as the width-1 call of plain decoding does (measured:
-    benchmarks/results/fast/width_invariance_float32.log), plain decoding on quantized ones. onnxruntime's
-    int8-activation MatMulNBits kernels (the fast bundle) compute a one-row call differently from a wider one:
-    root-row logits differ by up to 1.03 and drafted answers matched plain decoding on ~22% of the headline
-    bench's turns (benchmarks/results/fast/README.md, sections 5 and 6), so drafting there is not lossless and is
-    never the default; other quantized kernels were not measured."""
-    return NONE if (manifest.extras or {}).get("quantization") else DEFAULT_DRAFTER
+    """The drafter a bundle decodes with when none is named: DEFAULT_DRAFTER where a wide verification call computes
+    each row bit for bit as plain decoding's width-1 call does, plain decoding elsewhere (drafting there would not
+    be lossless). That holds on float32 graphs and on quantized ones whose every 4-bit MatMul runs onnxruntime's
+    int8-activation kernels (accuracy level 4) on blocks of at most 32 inputs: those quantize each row's
+    activations alone and compute a row alike for 1 to 16 rows. MatMulNBits with float activations (level 0) runs
+    one-row calls through another kernel (SQ4BitGemmM1Kernel_CompFp32, against dequantize + SGEMM for wider ones),
+    rows ~1e-5 apart, which int8 rounding downstream turns into root-row logits up to 1.03 apart
+    (benchmarks/results/fast/README.md, section 5)."""
+    quantization = (manifest.extras or {}).get("quantization")
+    if not quantization:
+        return DEFAULT_DRAFTER
+    config = quantization.get("config", {})
+    int8_everywhere = config.get("accuracy_level") == 4 and not config.get("float_activation_roles")
+    small_blocks = config.get("weights") == "gguf" or config.get("block_size", 64) <= 32
+    return DEFAULT_DRAFTER if int8_everywhere and small_blocks else NONE
 
 
 __all__ = ["DEFAULT_DRAFTER", "DRAFTERS", "NONE", "Drafter", "DrafterSpec", "check_fits", "default_drafter",
