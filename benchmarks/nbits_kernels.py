@@ -8,8 +8,8 @@ SmolLM2's two MLP shapes (576 -> 1536: gate/up; 1536 -> 576: down), one random Q
   a0-b32+min   float activations (accuracy level 0), as the fast bundle's down_proj has had
   a4-fzp       the minimum folded into a float zero point (zp = -m/d): onnxruntime takes its unpacked path
   float        a plain float32 MatMul of the dequantized grid
-Calls of every variant and width are interleaved; prints the median microseconds of each and whether row 0 of a
-wider call equals the one-row call bit for bit.
+Calls of every variant and width are interleaved; prints the median microseconds of each and the largest
+|difference| between row 0 of a wider call and the one-row call (0: bit for bit).
 """
 
 from __future__ import annotations
@@ -94,9 +94,9 @@ def main() -> None:
         print(f"K={k} -> N={n}, {args.threads} thread(s), median us per call:")
         for name, sess in sessions.items():
             one = sess.run(None, {"x": inputs[1]})[0][0, 0]
-            same = all(np.array_equal(sess.run(None, {"x": inputs[w]})[0][0, 0], one) for w in WIDTHS[1:])
+            diff = max(float(np.abs(sess.run(None, {"x": inputs[w]})[0][0, 0] - one).max()) for w in WIDTHS[1:])
             cells = "  ".join(f"w{w} {1e6 * np.median(times[(name, w)]):7.0f}" for w in WIDTHS)
-            print(f"  {name:11s} {cells}   row 0 same at every width: {same}")
+            print(f"  {name:11s} {cells}   row 0, wider call vs one row: max |diff| {diff:.1e}")
 
 
 if __name__ == "__main__":
