@@ -156,26 +156,18 @@ def test_without_a_drafter_the_commands_leave_the_choice_to_the_bundle(command, 
     assert args.drafter is None and args.cost_model == "measured"
 
 
-def test_the_default_drafter_drafts_only_where_every_width_computes_a_row_alike(tiny_bundle):
-    """Issue 15: no flags = the fastest lossless drafter, sizing its trees by cost, where drafting is lossless: float32
-    graphs, and quantized ones whose every 4-bit MatMul runs the int8-activation kernels on blocks of <= 32 inputs
-    (test_quant: a row computes alike at widths 1-16 there). Float activations (accuracy level 0, on any MatMul)
-    compute a one-row call differently from a wider one, so such bundles decode plainly."""
+def test_the_default_drafter_is_lossless_drafting_on_float32_and_plain_decoding_on_quantized_bundles(tiny_bundle):
+    """Issue 15: no flags = the fastest lossless drafter, sizing its trees by cost, where drafting is lossless; on
+    quantized bundles a drafted block's rows after its root are computed differently from plain decoding's later
+    calls (test_a_drafted_block_computes_its_rows_as_plain_decoding_does), so plain decoding is their default."""
     from mtpedge.runtime.bundle import read_manifest
     from mtpedge.runtime.drafters import DEFAULT_DRAFTER, DRAFTERS, NONE, default_drafter
 
     float32 = read_manifest(tiny_bundle("llama"))
     assert default_drafter(float32) == DEFAULT_DRAFTER
     assert not DRAFTERS[DEFAULT_DRAFTER].lossy and DRAFTERS[DEFAULT_DRAFTER].sized
-
-    def quantized(**config):
-        return dataclasses.replace(float32, extras={**float32.extras, "quantization": {"config": config}})
-
-    assert default_drafter(quantized(**dataclasses.asdict(FAST))) == DEFAULT_DRAFTER
-    assert default_drafter(quantized(weights="gguf", accuracy_level=4, float_activation_roles=["down_proj"])) == NONE
-    assert default_drafter(quantized(weights="gguf", accuracy_level=0)) == NONE  # the exact grid, float activations
-    assert default_drafter(quantized(weights="int4", accuracy_level=4, block_size=32)) == DEFAULT_DRAFTER
-    assert default_drafter(quantized(weights="int4", accuracy_level=4, block_size=64)) == NONE  # measured unlike
+    fast_kernels = {"quantization": {"config": dataclasses.asdict(FAST)}}
+    assert default_drafter(dataclasses.replace(float32, extras={**float32.extras, **fast_kernels})) == NONE
 
 
 def test_run_sh_names_no_drafter_so_it_gets_the_default():
@@ -214,3 +206,44 @@ def test_a_wider_graph_computes_the_root_row_as_the_width_1_graph(precision):
     from mtpedge.bundles import ensure_bundle
 
     assert _root_row_gap(ensure_bundle(None, None, 1024, precision=precision)) == 0.0
+
+
+def _drafted_rows_gap(folder, steps: int = 12) -> float:
+    """Largest |logit| difference between rows 1-3 of a 4-token block (the greedy continuation) and the width-1
+    calls plain decoding makes for those tokens: what a drafter's accepted tokens rest on."""
+    import numpy as np
+
+    from mtpedge.runtime.engine import Engine
+
+    engine = Engine.load(folder, threads=1)
+    prompt = engine.tokenizer.encode_chat([{"role": "user", "content": "Write a short story about a lighthouse."}])
+    tokens, plain = [int(np.argmax(engine.prefill(prompt)))], []
+    for _ in range(steps + 3):
+        one = engine.run_block(engine.embed(np.array(tokens[-1:])), np.array([-1]))
+        engine.cache.commit_accepted_kv(one.new_keys, one.new_values, np.arange(1))
+        plain.append(one.logits[0])
+        tokens.append(int(np.argmax(one.logits[0])))
+    engine.reset()
+    engine.prefill(prompt)
+    worst = 0.0
+    for step in range(steps):
+        block = engine.run_block(engine.embed(np.array(tokens[step:step + 4])), np.arange(-1, 3))
+        worst = max(worst, max(float(np.abs(block.logits[j] - plain[step + j]).max()) for j in (1, 2, 3)))
+        one = engine.run_block(engine.embed(np.array(tokens[step:step + 1])), np.array([-1]))
+        engine.cache.commit_accepted_kv(one.new_keys, one.new_values, np.arange(1))
+    return worst
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=(
+    "a block's row i attends to the block's earlier keys appended after the cache, plain decoding's later call to "
+    "the same keys in cache order: another summation order (float32: ~4e-5 in logits; the fast bundle's int8 "
+    "activation rounding grows it to ~1: benchmarks/results/fast/README.md, section 8). Writing the block's keys "
+    "into the cache at their positions before attention (e.g. GroupQueryAttention over a shared past/present "
+    "buffer) would compute them alike"))
+@pytest.mark.parametrize("precision", ["float32", "auto"])
+def test_a_drafted_block_computes_its_rows_as_plain_decoding_does(precision):
+    """Lossless drafting needs more than the root: every accepted row must get plain decoding's logits."""
+    from mtpedge.bundles import ensure_bundle
+
+    assert _drafted_rows_gap(ensure_bundle(None, None, 1024, precision=precision)) == 0.0
