@@ -84,7 +84,7 @@ class QuantConfig:
 
 # The default bundle of a GGUF source (`generate`/`chat`/`serve`/`bench` without --bundle, `export`'s auto):
 # the file's own grid, every 4-bit MatMul on the int8-activation kernels, the MLP's down projection with its
-# activations quantized per 16 inputs. Measured on SmolLM2 (benchmarks/results/fast/README.md, sections 1 and 5):
+# activations quantized per 16 inputs. Measured on SmolLM2 (benchmarks/results/fast/README.md, sections 1 and 8):
 # int8 activations everywhere 96.4% top-1 agreement with float32 (below the 97% gate); down_proj in 16-input
 # blocks 97.5% (perplexity 17.21 vs 17.28); down_proj with float activations 98.1%, but float activations run a
 # one-row call through another kernel than a wider call, so drafting on that bundle was not lossless.
