@@ -87,7 +87,8 @@ class QuantConfig:
 # activations quantized per 16 inputs. Measured on SmolLM2 (benchmarks/results/fast/README.md, sections 1 and 8):
 # int8 activations everywhere 96.4% top-1 agreement with float32 (below the 97% gate); down_proj in 16-input
 # blocks 97.5% (perplexity 17.21 vs 17.28); down_proj with float activations 98.1%, but float activations run a
-# one-row call through another kernel than a wider call, so drafting on that bundle was not lossless.
+# one-row call through another kernel than a wider call (root rows differed between widths), and cost more at
+# widths 4 and 16: the down16 bundle decodes plainly 1.08x faster (benchmarks/bundle_ab.py).
 FAST = QuantConfig(weights="gguf", accuracy_level=4, fine_activation_roles=("down_proj",))
 
 
