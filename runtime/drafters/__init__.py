@@ -32,13 +32,13 @@ DEFAULT_DRAFTER = "lookup"
 
 
 def default_drafter(manifest) -> str:
-    """The drafter a bundle decodes with when none is named: DEFAULT_DRAFTER on float32 graphs, where a wide
-    verification call computes each row bit for bit as the width-1 call of plain decoding does (measured:
-    benchmarks/results/fast/width_invariance_float32.log), plain decoding on quantized ones. onnxruntime's
-    int8-activation MatMulNBits kernels (the fast bundle) compute a one-row call differently from a wider one:
-    root-row logits differ by up to 1.03 and drafted answers matched plain decoding on ~22% of the headline
-    bench's turns (benchmarks/results/fast/README.md, sections 5 and 6), so drafting there is not lossless and is
-    never the default; other quantized kernels were not measured."""
+    """The drafter a bundle decodes with when none is named: DEFAULT_DRAFTER on float32 graphs, plain decoding on
+    quantized ones, where drafting is not token-identical to plain decoding. On the fast bundle (every 4-bit
+    MatMul on onnxruntime's int8-activation kernels) a wide call's root row is bit for bit the width-1 call's, but
+    a row after it attends to the block's earlier keys appended after the cache, not in cache order as plain
+    decoding's later call does: a different summation order, ~4e-5 apart in logits on float32 graphs, which the
+    int8 activation rounding of the next layers grows to ~1.1 (benchmarks/results/fast/README.md, section 8); a
+    drafted answer left plain decoding's on 1 of 21 tuning turns."""
     return NONE if (manifest.extras or {}).get("quantization") else DEFAULT_DRAFTER
 
 
