@@ -130,8 +130,9 @@ def test_without_a_drafter_the_commands_leave_the_choice_to_the_bundle(command, 
 def test_the_default_drafter_is_lossless_drafting_on_float32_and_plain_decoding_on_quantized_bundles(tiny_bundle,
                                                                                                       tmp_path):
     """Issue 15: no flags = the fastest lossless drafter, sizing its trees by cost, where drafting is lossless
-    (float32 graphs compute a row alike at every width); on the int8-activation fast bundle a wide call computes
-    rows differently from plain decoding's width-1 call, so plain decoding is its default."""
+    (float32 graphs compute a row alike at every width); on the int8-activation fast bundle, and on QDQ graphs
+    on the CPU or compiled for the HTP (issue 19), a wide call computes rows differently from plain decoding's
+    width-1 call, so plain decoding is their default."""
     from mtpedge.runtime.bundle import read_manifest
     from mtpedge.runtime.drafters import DEFAULT_DRAFTER, DRAFTERS, NONE, default_drafter
 
@@ -141,6 +142,10 @@ def test_the_default_drafter_is_lossless_drafting_on_float32_and_plain_decoding_
     fast_kernels = {"quantization": {"config": {"accuracy_level": 4}}}
     quantized = dataclasses.replace(float32, extras={**float32.extras, **fast_kernels})
     assert default_drafter(quantized) == NONE
+    qdq = dataclasses.replace(float32, extras={**float32.extras, "qdq": {"config": {"activation_bits": 16}}})
+    assert default_drafter(qdq) == NONE
+    qnn = dataclasses.replace(qdq, extras={**qdq.extras, "qnn": {"htp_arch": 79, "soc_model": 69}})
+    assert default_drafter(qnn) == NONE
 
 
 def test_run_sh_names_no_drafter_so_it_gets_the_default():

@@ -34,12 +34,17 @@ DEFAULT_DRAFTER = "lookup"
 def default_drafter(manifest) -> str:
     """The drafter a bundle decodes with when none is named: DEFAULT_DRAFTER on float32 graphs, where a wide
     verification call computes each row bit for bit as the width-1 call of plain decoding does (measured:
-    benchmarks/results/fast/width_invariance_float32.log), plain decoding on quantized ones. onnxruntime's
-    int8-activation MatMulNBits kernels (the fast bundle) compute a one-row call differently from a wider one:
-    root-row logits differ by up to 1.03 and drafted answers matched plain decoding on ~22% of the headline
-    bench's turns (benchmarks/results/fast/README.md, sections 5 and 6), so drafting there is not lossless and is
-    never the default; other quantized kernels were not measured."""
-    return NONE if (manifest.extras or {}).get("quantization") else DEFAULT_DRAFTER
+    benchmarks/results/fast/width_invariance_float32.log), plain decoding on quantized ones, where it does not:
+    - onnxruntime's int8-activation MatMulNBits kernels (the fast bundle, extras "quantization"): root-row logits
+      differ by up to 1.03, and drafted answers matched plain decoding on ~22% of the headline bench's turns
+      (benchmarks/results/fast/README.md, sections 5 and 6);
+    - QDQ a16w8 graphs (extras "qdq"), on the CPU's QDQ emulation: up to 0.67, argmax flipped at 3 of 40 steps
+      (benchmarks/results/quant/smollm2-width-invariance-cpu-qdq.log); compiled for the HTP (extras "qnn", which
+      keep "qdq"), on the simulator: up to 0.055 (smollm2-width-invariance-htp.log), static activation scales
+      notwithstanding.
+    So drafting there is not lossless, and it is never the default."""
+    extras = manifest.extras or {}
+    return NONE if extras.get("quantization") or extras.get("qdq") else DEFAULT_DRAFTER
 
 
 __all__ = ["DEFAULT_DRAFTER", "DRAFTERS", "NONE", "Drafter", "DrafterSpec", "check_fits", "default_drafter",
