@@ -39,9 +39,10 @@ def default_drafter(manifest) -> str:
       differ by up to 1.03, and drafted answers matched plain decoding on ~22% of the headline bench's turns
       (benchmarks/results/fast/README.md, sections 5 and 6);
     - QDQ a16w8 graphs (extras "qdq"), on the CPU's QDQ emulation: up to 0.67, argmax flipped at 3 of 40 steps
-      (benchmarks/results/quant/smollm2-width-invariance-cpu-qdq.log); compiled for the HTP (extras "qnn", which
-      keep "qdq"), on the simulator: up to 0.055 (smollm2-width-invariance-htp.log), static activation scales
-      notwithstanding.
+      (benchmarks/results/quant/smollm2-width-invariance-cpu-qdq.log: the recipe's fp16 nodes; an all-integer
+      QDQ graph was width-invariant on the tiny model); compiled for the HTP (extras "qnn", which keep "qdq"), on
+      the simulator: 0.055 and 0.11 at the two steps measured (smollm2-width-invariance-htp.log), and nonzero on
+      the tiny model with or without fp16 nodes (tiny-htp-width-invariance.log), static scales notwithstanding.
     So drafting there is not lossless, and it is never the default."""
     extras = manifest.extras or {}
     return NONE if extras.get("quantization") or extras.get("qdq") else DEFAULT_DRAFTER
