@@ -65,6 +65,17 @@ class BlockWeights:
             return np.ascontiguousarray(codes)
         return np.ascontiguousarray(codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8)
 
+    def split_blocks(self, block_size: int) -> BlockWeights:
+        """The same matrix in blocks of `block_size` inputs (a divisor of ours): each block's scale and offset
+        repeated over its parts, so the dequantized weights are unchanged, bit for bit. MatMulNBits' int8 kernels
+        quantize the activations per weight block, so smaller blocks quantize them more finely."""
+        if block_size > self.block_size or self.block_size % block_size:
+            raise ValueError(f"block size {block_size} does not divide the grid's {self.block_size}")
+        parts = self.block_size // block_size
+        offsets = None if self.offsets is None else np.repeat(self.offsets, parts, axis=1)
+        return BlockWeights(self.codes, np.repeat(self.scales, parts, axis=1), offsets, self.bits, block_size,
+                            f"{self.source}/b{block_size}")
+
     @property
     def nbytes(self) -> int:
         extra = 0 if self.offsets is None else self.offsets.nbytes

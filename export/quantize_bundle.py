@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 WEIGHT_CHOICES = ("gguf", "int8", "int4")
 OUTPUT_CHOICES = ("same", "float32", "int8", "int4")
 QUANT_WEIGHTS_FILE = "weights.data"
+FINE_BLOCK = 16  # the smallest block MatMulNBits' int8 kernels take
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,10 @@ class QuantConfig:
     # MatMuls whose node name contains one of these (e.g. "down_proj") keep float activations (level 0) whatever
     # accuracy_level says: where int8 activations cost the most top-1 agreement
     float_activation_roles: tuple[str, ...] = ()
+    # MatMuls whose node name contains one of these keep int8 activations but in blocks of FINE_BLOCK inputs (the
+    # grid's blocks split, the weights unchanged): MLAS quantizes activations per weight block, so this is the
+    # cheap way to make their activations more exact; unlike level 0 it computes a row alike at every width
+    fine_activation_roles: tuple[str, ...] = ()
     quality_report: bool = True
 
     def __post_init__(self) -> None:
@@ -59,6 +64,9 @@ class QuantConfig:
         if self.accuracy_level not in (0, 1, 2, 3, 4):
             raise ValueError(f"accuracy level must be 0-4, got {self.accuracy_level}")
 
+    def is_fine(self, node_name: str) -> bool:
+        return any(role in node_name for role in self.fine_activation_roles)
+
     def level_for(self, node_name: str) -> int:
         """The accuracy level of one 4-bit MatMul (see float_activation_roles)."""
         return 0 if any(role in node_name for role in self.float_activation_roles) else self.accuracy_level
@@ -70,14 +78,18 @@ class QuantConfig:
         if self.accuracy_level:
             main += f"-a{self.accuracy_level}"
             main += "".join(f"-{role.split('_')[0]}0" for role in self.float_activation_roles)
+            main += "".join(f"-{role.split('_')[0]}{FINE_BLOCK}" for role in self.fine_activation_roles)
         return main if self.output_layer == "same" else f"{main}+out:{self.output_layer}"
 
 
 # The default bundle of a GGUF source (`generate`/`chat`/`serve`/`bench` without --bundle, `export`'s auto):
-# the file's own grid, int8-activation kernels except in the MLP's down projection. Measured on SmolLM2
-# (benchmarks/results/fast/precision.md): int8 activations everywhere 96.4% top-1 agreement with float32 (below
-# the 97% gate), with down_proj kept float 98.1% (perplexity 17.25 vs 17.28), all 4-bit layers float 98.9%.
-FAST = QuantConfig(weights="gguf", accuracy_level=4, float_activation_roles=("down_proj",))
+# the file's own grid, every 4-bit MatMul on the int8-activation kernels, the MLP's down projection with its
+# activations quantized per 16 inputs. Measured on SmolLM2 (benchmarks/results/fast/README.md, sections 1 and 8):
+# int8 activations everywhere 96.4% top-1 agreement with float32 (below the 97% gate); down_proj in 16-input
+# blocks 97.5% (perplexity 17.21 vs 17.28); down_proj with float activations 98.1%, but float activations run a
+# one-row call through another kernel than a wider call (root rows differed between widths), and cost more at
+# widths 4 and 16: the down16 bundle decodes plainly 1.08x faster (benchmarks/bundle_ab.py).
+FAST = QuantConfig(weights="gguf", accuracy_level=4, fine_activation_roles=("down_proj",))
 
 
 class WeightSource:
@@ -151,6 +163,8 @@ def quantize_graph(src_file: Path, source: WeightSource, weights_file: SharedWei
         weights = source.weights_for(_read_external(init, folder), matmul.is_output_layer)
         if weights is not None:
             is_8bit = weights.bits == 8
+            if not is_8bit and source.config.is_fine(matmul.node.name) and weights.block_size > FINE_BLOCK:
+                weights = weights.split_blocks(FINE_BLOCK)
             rewriter.replace(matmul.node, weights, 4 if is_8bit else source.config.level_for(matmul.node.name))
             replaced += 1
     rewriter.finish()

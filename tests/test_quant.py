@@ -85,6 +85,39 @@ def test_matmul_nbits_rewrite_computes_x_times_the_grid(qtype):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * float(np.abs(want).max()))
 
 
+def test_split_blocks_keep_the_gguf_grid_bit_for_bit():
+    """Q4_1's 32-input blocks as 16-input ones (each half keeps the block's scale and minimum): the same weights."""
+    grid = decompose(random_gguf_rows(Q.Q4_1, 8, 128), Q.Q4_1)[0]
+    fine = grid.split_blocks(16)
+    assert fine.block_size == 16 and fine.scales.shape == (8, 8) and fine.offsets.shape == (8, 8)
+    assert np.array_equal(fine.dequantize(), grid.dequantize())
+    assert np.array_equal(fine.packed().reshape(8, -1), grid.packed().reshape(8, -1))
+    with pytest.raises(ValueError, match="does not divide"):
+        grid.split_blocks(24)
+
+
+@pytest.mark.parametrize("block_size", [16, 32])
+def test_int8_activation_kernels_compute_a_row_alike_at_every_width(block_size):
+    """What lossless drafting on the fast bundle rests on: MatMulNBits at accuracy level 4 (each row's activations
+    quantized alone, per weight block) gives a row the same bits whether the call has 1, 2, 4 or 16 rows. (At level
+    0, float activations, onnxruntime 1.32 runs one-row calls through another kernel: ~1e-5 apart.)"""
+    k, n = 1536, 96
+    grid = decompose(random_gguf_rows(Q.Q4_1, n, k), Q.Q4_1)[0].split_blocks(block_size)
+    model = _two_matmul_graph(k, n, *(np.ascontiguousarray(grid.dequantize().T),) * 2)
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "T"
+    for out in model.graph.output:
+        out.type.tensor_type.shape.dim[1].dim_param = "T"
+    rewriter = MatMulRewriter(model)
+    for matmul in weight_matmuls(model):
+        rewriter.replace(matmul.node, grid, accuracy_level=4)
+    rewriter.finish()
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(5).normal(0, 1, (1, 16, k)).astype(np.float32)
+    one = sess.run(["y1"], {"x": x[:, :1]})[0][0, 0]
+    for width in (2, 4, 16):
+        assert np.array_equal(sess.run(["y1"], {"x": x[:, :width]})[0][0, 0], one), width
+
+
 def test_block_weights_refuses_bad_shapes():
     with pytest.raises(ValueError, match="multiple of the block size"):
         BlockWeights(np.zeros((2, 40), np.uint8), np.ones((2, 1), np.float32), None, 4, 32, "t")
