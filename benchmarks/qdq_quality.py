@@ -9,8 +9,9 @@ Two sets, both teacher-forced through the widest graph (export/quality.py's sequ
              characters) followed by float32's own greedy answer (`--answer-tokens`): the model's real
              prompts and its own continuations; Spec-Bench is used for measurement only, never calibration.
 top-1 agreement is over every position; perplexity is that of the bundle's next-token predictions over the
-same tokens. With --tau, the default drafter (hybrid) decodes every spec prompt greedily on both bundles
-(`--tau-tokens` each) and τ = tokens per decode call is compared.
+same tokens. With --tau, the default drafter (runtime.drafters.DEFAULT_DRAFTER; no cost table, so its trees
+fill their width) decodes every spec prompt greedily on both bundles (`--tau-tokens` each) and τ = tokens per
+decode call is compared.
 
 --device qnn runs QUANT_BUNDLE (a `compile-qnn --no-share-weights` bundle) on the HTP simulator, CPU
 fallback disabled: seconds a call there, so the run takes tens of minutes.
@@ -31,12 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mtpedge.bench.questions import SPEC_BENCH, load_questions  # noqa: E402
 from mtpedge.bench.report import emit_result  # noqa: E402
 from mtpedge.export.quality import HELD_TEXT, perplexity, sequence_logits  # noqa: E402
-from mtpedge.runtime.drafters import make_drafter  # noqa: E402
+from mtpedge.runtime.drafters import DEFAULT_DRAFTER, make_drafter  # noqa: E402
 from mtpedge.runtime.engine import Engine  # noqa: E402
 from mtpedge.runtime.generate import accepted_drafts, generate  # noqa: E402
 from mtpedge.runtime.qnn import QNN_EP  # noqa: E402
-
-DEFAULT_DRAFTER = "hybrid"
 
 
 def spec_prompts(per_category: int, max_chars: int = 600) -> list[str]:

@@ -160,7 +160,8 @@ def test_without_a_drafter_the_commands_leave_the_choice_to_the_bundle(command, 
 def test_the_default_drafter_is_lossless_drafting_on_float32_and_plain_decoding_on_quantized_bundles(tiny_bundle):
     """Issue 15: no flags = the fastest lossless drafter, sizing its trees by cost, where drafting is lossless; on
     quantized bundles a drafted block's rows after its root are computed differently from plain decoding's later
-    calls (test_a_drafted_block_computes_its_rows_as_plain_decoding_does), so plain decoding is their default."""
+    calls (test_a_drafted_block_computes_its_rows_as_plain_decoding_does), and on QDQ graphs, on the CPU or
+    compiled for the HTP (issue 19), even its root row is, so plain decoding is their default."""
     from mtpedge.runtime.bundle import read_manifest
     from mtpedge.runtime.drafters import DEFAULT_DRAFTER, DRAFTERS, NONE, default_drafter
 
@@ -169,6 +170,10 @@ def test_the_default_drafter_is_lossless_drafting_on_float32_and_plain_decoding_
     assert not DRAFTERS[DEFAULT_DRAFTER].lossy and DRAFTERS[DEFAULT_DRAFTER].sized
     fast_kernels = {"quantization": {"config": dataclasses.asdict(FAST)}}
     assert default_drafter(dataclasses.replace(float32, extras={**float32.extras, **fast_kernels})) == NONE
+    qdq = dataclasses.replace(float32, extras={**float32.extras, "qdq": {"config": {"activation_bits": 16}}})
+    assert default_drafter(qdq) == NONE
+    qnn = dataclasses.replace(qdq, extras={**qdq.extras, "qnn": {"htp_arch": 79, "soc_model": 69}})
+    assert default_drafter(qnn) == NONE
 
 
 def test_run_sh_names_no_drafter_so_it_gets_the_default():

@@ -33,13 +33,21 @@ DEFAULT_DRAFTER = "lookup"
 
 def default_drafter(manifest) -> str:
     """The drafter a bundle decodes with when none is named: DEFAULT_DRAFTER on float32 graphs, plain decoding on
-    quantized ones, where drafting is not token-identical to plain decoding. On the fast bundle (every 4-bit
-    MatMul on onnxruntime's int8-activation kernels) a wide call's root row is bit for bit the width-1 call's, but
-    a row after it attends to the block's earlier keys appended after the cache, not in cache order as plain
-    decoding's later call does: a different summation order, ~4e-5 apart in logits on float32 graphs, which the
-    int8 activation rounding of the next layers grows to ~1.1 (benchmarks/results/fast/README.md, section 8); a
-    drafted answer left plain decoding's on 1 of 21 tuning turns."""
-    return NONE if (manifest.extras or {}).get("quantization") else DEFAULT_DRAFTER
+    quantized ones, where drafting is not token-identical to plain decoding:
+    - the fast bundle (every 4-bit MatMul on onnxruntime's int8-activation kernels, extras "quantization"): a wide
+      call's root row is bit for bit the width-1 call's, but a row after it attends to the block's earlier keys
+      appended after the cache, not in cache order as plain decoding's later call does: a different summation
+      order, ~4e-5 apart in logits on float32 graphs, which the int8 activation rounding of the next layers grows
+      to ~1.1 (benchmarks/results/fast/README.md, section 8); a drafted answer left plain decoding's on 1 of 21
+      tuning turns;
+    - QDQ a16w8 graphs (extras "qdq"): even the root row differs from the width-1 call, on the CPU's QDQ emulation
+      by up to 0.67, argmax flipped at 3 of 40 steps (benchmarks/results/quant/smollm2-width-invariance-cpu-qdq.log:
+      the recipe's fp16 nodes; an all-integer QDQ graph was width-invariant on the tiny model), and compiled for
+      the HTP (extras "qnn", which keep "qdq") on the simulator by 0.055 and 0.11 at the two steps measured
+      (smollm2-width-invariance-htp.log), nonzero on the tiny model with or without fp16 nodes
+      (tiny-htp-width-invariance.log), static scales notwithstanding."""
+    extras = manifest.extras or {}
+    return NONE if extras.get("quantization") or extras.get("qdq") else DEFAULT_DRAFTER
 
 
 __all__ = ["DEFAULT_DRAFTER", "DRAFTERS", "NONE", "Drafter", "DrafterSpec", "check_fits", "default_drafter",
