@@ -1,5 +1,5 @@
 """mtpedge train-dmtd --data DIR --out DIR [--decoding-layers D] [--thinking-layers M] [--rank R] [--taus 2,3,4]
-                    [--steps N] [--resume] [--heldout-questions question.jsonl] [--release-copy FILE]
+                    [--steps N] [--lr-horizon H] [--resume] [--heldout-questions question.jsonl] [--release-copy FILE]
                     [--export-bundle BUNDLE_DIR]
 
 Trains a DMTD model (models/dmtd.py: LoRA copies of the base's last M + D layers under the cyclic gate,
@@ -30,6 +30,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cycle lengths τ, one drawn per step (default 2,3,4: one model serves all three)")
     parser.add_argument("--steps", type=int, default=3000, help="training steps, one answer each (default 3000)")
     parser.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default 1e-3)")
+    parser.add_argument("--lr-horizon", type=int, default=0,
+                        help="step at which the cosine reaches 10%% of --lr (default: --steps of a new run; on "
+                             "--resume the checkpoint's own). Stated on --resume, it replaces the checkpoint's: "
+                             "the only way to train a finished run on at more than its floor rate")
     parser.add_argument("--max-len", type=int, default=384, help="tokens per training sequence (default 384)")
     parser.add_argument("--checkpoint-every", type=int, default=100, help="steps between checkpoints (default 100)")
     parser.add_argument("--eval-every", type=int, default=250,
@@ -59,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     model = DmtdConfig(decoding_layers=args.decoding_layers, thinking_layers=args.thinking_layers,
                        lora_rank=args.rank, lora_alpha=float(args.rank))
-    settings = TrainSettings(model=model, taus=args.taus, steps=args.steps, lr=args.lr, max_len=args.max_len,
+    settings = TrainSettings(model=model, taus=args.taus, steps=args.steps, lr=args.lr, lr_horizon=args.lr_horizon,
+                             max_len=args.max_len,
                              checkpoint_every=args.checkpoint_every, eval_every=args.eval_every)
     out = Path(args.out)
     loaded = load_model(args.model)

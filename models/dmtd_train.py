@@ -47,6 +47,9 @@ class TrainSettings:
     steps: int = 3000
     lr: float = 5e-4
     warmup: int = 50
+    # the cosine schedule's horizon; 0: this session's --steps for a new run, the checkpoint's own on resume.
+    # Stated on resume it replaces the checkpoint's: the rate goes on along the new cosine from the step reached
+    lr_horizon: int = 0
     weight_decay: float = 0.0
     max_len: int = 384  # tokens per sequence (prompt cut from the left, then the answer's tail)
     seed: int = 0
@@ -58,8 +61,8 @@ class TrainSettings:
     def __post_init__(self) -> None:
         if not self.taus or min(self.taus) < 2:
             raise ValueError(f"--taus must be cycle lengths >= 2, got {self.taus}")
-        if self.steps < 0 or self.max_len < 8 or self.lr <= 0:
-            raise ValueError("--steps must be >= 0, --max-len >= 8 and --lr > 0")
+        if self.steps < 0 or self.max_len < 8 or self.lr <= 0 or self.lr_horizon < 0:
+            raise ValueError("--steps and --lr-horizon must be >= 0, --max-len >= 8 and --lr > 0")
 
     def to_dict(self) -> dict:
         return {**dataclasses.asdict(self), "model": self.model.to_dict(), "taus": list(self.taus)}
@@ -182,7 +185,7 @@ class _Run:
     """What a checkpoint carries from one session of a run to the next."""
 
     model: DmtdModel
-    lr_horizon: int  # the first session's --steps: a resumed run, even a longer one, keeps its schedule
+    lr_horizon: int  # the first session's --steps (or a stated --lr-horizon): a resumed run keeps its schedule
     optimizer_state: dict | None = None
     step: int = 0
     history: list = field(default_factory=list)
@@ -193,7 +196,7 @@ def _start_or_resume(loaded: LoadedModel, ckpt: Path, settings: TrainSettings, r
                      say: Callable[[str], None]) -> _Run:
     if not ckpt.is_file():
         model = DmtdModel(loaded.decoder, settings.model, settings.seed).to(loaded.decoder.lm_head.weight.device)
-        return _Run(model, settings.steps)
+        return _Run(model, settings.lr_horizon or settings.steps)
     if not resume:
         raise ValueError(f"{ckpt} exists: pass --resume to continue it, or another --out")
     model, state = load_dmtd(ckpt, loaded)
@@ -201,9 +204,18 @@ def _start_or_resume(loaded: LoadedModel, ckpt: Path, settings: TrainSettings, r
     if started_with.model != settings.model:
         raise ValueError(f"{ckpt} was trained with {state['config']}, not {settings.model.to_dict()}: resume "
                          "with the same --decoding-layers / --thinking-layers / --rank, or use another --out")
-    say(f"resumed from {ckpt} at step {state['step']}")
-    return _Run(model, int(state.get("lr_horizon", started_with.steps)), state["optimizer"], int(state["step"]),
-                list(state["history"]), list(state.get("heldout", [])))
+    step, horizon = int(state["step"]), int(state.get("lr_horizon", started_with.steps))
+    say(f"resumed from {ckpt} at step {step}")
+    if settings.lr_horizon and settings.lr_horizon != horizon:
+        if settings.lr_horizon <= step:
+            raise ValueError(f"--lr-horizon {settings.lr_horizon} is not past the checkpoint's step {step}: the rate "
+                             f"would stay at its floor; state a horizon past {step}, or leave it out to keep the "
+                             f"checkpoint's ({horizon})")
+        before, after = (learning_rate(step, settings.lr, settings.warmup, h) for h in (horizon, settings.lr_horizon))
+        say(f"learning-rate horizon {horizon} -> {settings.lr_horizon}: the rate at step {step} goes from "
+            f"{before:.1e} to {after:.1e}, then along the new cosine")
+        horizon = settings.lr_horizon
+    return _Run(model, horizon, state["optimizer"], step, list(state["history"]), list(state.get("heldout", [])))
 
 
 def _draw(stream: DistillStream, settings: TrainSettings, step: int) -> tuple[np.ndarray, int, DistillSample, int, int]:

@@ -19,6 +19,7 @@ from mtpedge.models.dmtd import (
     two_stream_visibility,
 )
 from mtpedge.models.dmtd_train import TrainSettings, load_dmtd, train_dmtd, write_release
+from mtpedge.models.schedule import learning_rate
 
 CONFIG = DmtdConfig(decoding_layers=1, thinking_layers=1, lora_rank=4, lora_alpha=4.0)
 
@@ -118,6 +119,15 @@ def test_training_lowers_the_gated_loss_resume_is_exact_and_the_release_is_small
     assert state_d["step"] == 6 and state_d["lr_horizon"] == 6
     for (name, a), (_, d) in zip(model_a.trainable_state().items(), model_d.trainable_state().items(), strict=True):
         assert torch.equal(a, d), name
+    # a horizon stated on resume replaces the checkpoint's: the rate goes on along the new cosine
+    restated = dataclasses.replace(settings, steps=8, lr_horizon=12)
+    _, state_e = load_dmtd(train_dmtd(tiny_loaded, tiny_data, tmp_path / "d", restated, resume=True), tiny_loaded)
+    assert state_e["step"] == 8 and state_e["lr_horizon"] == 12
+    last_rate = state_e["optimizer"]["param_groups"][0]["lr"]
+    assert last_rate == pytest.approx(learning_rate(7, settings.lr, settings.warmup, 12))
+    assert last_rate > 2 * learning_rate(7, settings.lr, settings.warmup, 6)  # the old horizon's floor
+    with pytest.raises(ValueError, match="--lr-horizon 8 is not past"):
+        train_dmtd(tiny_loaded, tiny_data, tmp_path / "d", dataclasses.replace(restated, lr_horizon=8), resume=True)
     with pytest.raises(ValueError, match="--resume"):
         train_dmtd(tiny_loaded, tiny_data, tmp_path / "a", settings)
     other = TrainSettings(model=DmtdConfig(decoding_layers=2, thinking_layers=0, lora_rank=4), steps=8)
