@@ -83,7 +83,7 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
     cached = (folder / MANIFEST).is_file()
     if cached and (mtp or (dmtd and not _predates_shipped_dmtd(folder))
                    or (not dmtd and not (model is None and _lacks_shipped_masks(folder))
-                       and not (fast and _predates_fused_ops(folder)))):
+                       and not (fast and _fused_ops_differ(folder)))):
         return folder
     try:
         from mtpedge.export.bundle_writer import ExportConfig, export_bundle
@@ -95,8 +95,9 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
             "`pip install 'mtpedge[export]'`, or pass --bundle DIR"
         ) from err
     if cached:  # the atomic export replaces it only once the new one is complete
-        if fast and _predates_fused_ops(folder):
-            say(f"the cached bundle {folder} predates the fused CPU operators (leaner calls): re-exporting it")
+        if fast and _fused_ops_differ(folder):
+            say(f"the cached bundle {folder} uses other CPU operators than the fast recipe's (fused or not): "
+                "re-exporting it")
         else:
             shipped = "DMTD model" if dmtd else "learned masks"
             say(f"the cached bundle {folder} predates the {shipped} shipped for the default model: re-exporting it")
@@ -123,9 +124,12 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
     return folder
 
 
-def _predates_fused_ops(folder: Path) -> bool:
-    """A fast bundle exported before its graphs used onnxruntime's fused CPU operators (export/fused_ops.py)."""
-    return not read_manifest(folder).extras.get(FUSED_OPS)
+def _fused_ops_differ(folder: Path) -> bool:
+    """A fast bundle whose graphs do (not) use onnxruntime's fused CPU operators (export/fused_ops.py) where the
+    fast recipe does not (does): its folder's label cannot tell, since graphs with and without them once shared it."""
+    from mtpedge.export.quantize_bundle import FAST
+
+    return bool(read_manifest(folder).extras.get(FUSED_OPS)) != FAST.fused_ops
 
 
 def _predates_shipped_dmtd(folder: Path) -> bool:

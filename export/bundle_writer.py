@@ -145,13 +145,15 @@ def _masks_fit(config: ExportConfig) -> bool:
 
 
 def _fuses_ops(config: ExportConfig) -> bool:
-    """MatMulNBits bundles are traced onto onnxruntime's fused CPU ops (export/fused_ops.py) before quantization.
+    """MatMulNBits bundles whose QuantConfig asks for it are traced onto onnxruntime's fused CPU ops
+    (export/fused_ops.py) before quantization.
 
     A float32 bundle keeps standard operators: it is the QDQ converter's input, and fused ops bought it ~1% of a
     width-1 call (benchmarks/results/fast/README.md, section 9)."""
     from .quantize_bundle import QuantConfig
 
-    return config.target_soc is None and isinstance(config.quantization, QuantConfig)
+    quant = config.quantization
+    return config.target_soc is None and isinstance(quant, QuantConfig) and quant.fused_ops
 
 
 def _learned_masks(config: ExportConfig, loaded: LoadedModel):

@@ -51,6 +51,9 @@ class QuantConfig:
     # grid's blocks split, the weights unchanged): MLAS quantizes activations per weight block, so this is the
     # cheap way to make their activations more exact; unlike level 0 it computes a row alike at every width
     fine_activation_roles: tuple[str, ...] = ()
+    # trace the graphs onto onnxruntime's fused CPU ops first (export/fused_ops.py): a leaner call, but with the
+    # int8 activations of FAST it lost top-1 agreement (benchmarks/results/fast/README.md, section 10)
+    fused_ops: bool = False
     quality_report: bool = True
 
     def __post_init__(self) -> None:
@@ -79,6 +82,7 @@ class QuantConfig:
             main += f"-a{self.accuracy_level}"
             main += "".join(f"-{role.split('_')[0]}0" for role in self.float_activation_roles)
             main += "".join(f"-{role.split('_')[0]}{FINE_BLOCK}" for role in self.fine_activation_roles)
+        main += "-fused" if self.fused_ops else ""
         return main if self.output_layer == "same" else f"{main}+out:{self.output_layer}"
 
 
@@ -88,7 +92,9 @@ class QuantConfig:
 # int8 activations everywhere 96.4% top-1 agreement with float32 (below the 97% gate); down_proj in 16-input
 # blocks 97.5% (perplexity 17.21 vs 17.28); down_proj with float activations 98.1%, but float activations run a
 # one-row call through another kernel than a wider call (root rows differed between widths), and cost more at
-# widths 4 and 16: the down16 bundle decodes plainly 1.08x faster (benchmarks/bundle_ab.py).
+# widths 4 and 16: the down16 bundle decodes plainly 1.08x faster (benchmarks/bundle_ab.py). No fused ops: on
+# top of down16 they cut a width-1 call to ~0.85x but top-1 agreement fell to 95.6% held text / 96.7% Spec-Bench
+# answers, against 97.5% / 97.5% without them (section 10).
 FAST = QuantConfig(weights="gguf", accuracy_level=4, fine_activation_roles=("down_proj",))
 
 

@@ -18,7 +18,7 @@ import pytest
 from mtpedge.export.fused_ops import fuse_decoder_ops
 from mtpedge.export.onnx_graphs import trace_graph
 from mtpedge.export.parity import graph_parity, parity_feeds
-from mtpedge.export.quantize_bundle import QuantConfig
+from mtpedge.export.quantize_bundle import FAST, QuantConfig
 from mtpedge.models.loading import load_model
 from mtpedge.runtime.bundle import read_manifest
 from mtpedge.runtime.contract import FUSED_OPS, GraphShape
@@ -79,11 +79,13 @@ def test_a_wider_fused_graph_computes_its_first_row_as_the_width_1_graph(arch, t
         assert np.array_equal(one[name][:, :, 0], many[name][:, :, 0]), name
 
 
-def test_quantized_exports_fuse_and_float32_exports_keep_standard_ops(tiny_model_dir, tiny_bundle, tmp_path):
+def test_quantized_exports_asked_to_fuse_do_and_float32_exports_keep_standard_ops(tiny_model_dir, tiny_bundle,
+                                                                                  tmp_path):
     from mtpedge.export.bundle_writer import ExportConfig, export_bundle
 
     config = ExportConfig(context=CONTEXT, prefill_width=8, decode_widths=(1, 4),
-                          quantization=QuantConfig(weights="int8", block_size=16, quality_report=False))
+                          quantization=QuantConfig(weights="int8", block_size=16, fused_ops=True,
+                                                   quality_report=False))
     quantized = export_bundle(tiny_model_dir("llama"), tmp_path / "q", config)
     manifest = read_manifest(quantized)
     assert manifest.extras[FUSED_OPS]["rotary"] == 2 * manifest.config.num_layers
@@ -97,7 +99,7 @@ def test_quantized_exports_fuse_and_float32_exports_keep_standard_ops(tiny_model
                 } - {"", "ai.onnx"}
 
 
-def test_a_cached_fast_bundle_from_before_the_fused_ops_is_re_exported(tmp_path, monkeypatch):
+def test_a_cached_fast_bundle_with_other_operators_than_the_fast_recipe_is_re_exported(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
     import mtpedge.bundles as bundles
@@ -111,9 +113,11 @@ def test_a_cached_fast_bundle_from_before_the_fused_ops_is_re_exported(tmp_path,
                         lambda folder: SimpleNamespace(**json.loads((folder / "manifest.json").read_text())))
     folder = bundles.default_bundle_dir(None, 1024, bundles.FAST_LABEL)
     folder.mkdir(parents=True)
-    (folder / "manifest.json").write_text(json.dumps({"extras": {}}))  # graphs traced before the fused ops
+    assert not FAST.fused_ops  # the fast recipe traces standard operators (quality: results/fast section 10)
+    # a bundle exported while the recipe fused its operators, under the same label
+    (folder / "manifest.json").write_text(json.dumps({"extras": {FUSED_OPS: {"rotary": 60}}}))
     said = []
     assert bundles.ensure_bundle(None, None, 1024, say=said.append) == folder
-    assert exported == [folder] and "predates the fused CPU operators" in said[0]
-    (folder / "manifest.json").write_text(json.dumps({"extras": {FUSED_OPS: {"rotary": 60}}}))
+    assert exported == [folder] and "other CPU operators than the fast recipe's" in said[0]
+    (folder / "manifest.json").write_text(json.dumps({"extras": {}}))
     assert bundles.ensure_bundle(None, None, 1024, say=said.append) == folder and exported == [folder]  # reused
