@@ -126,10 +126,10 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
 
 def _fused_ops_differ(folder: Path) -> bool:
     """A fast bundle whose graphs do (not) use onnxruntime's fused CPU operators (export/fused_ops.py) where the
-    fast recipe does not (does): its folder's label cannot tell, since graphs with and without them once shared it."""
-    from mtpedge.export.quantize_bundle import FAST
-
-    return bool(read_manifest(folder).extras.get(FUSED_OPS)) != FAST.fused_ops
+    fast recipe does not (does): graphs with and without them once shared the folder's label. The recipe's choice
+    is read from FAST_LABEL (QuantConfig.label ends in -fused when it fuses), not from the export side, which a
+    runtime-only install lacks."""
+    return bool(read_manifest(folder).extras.get(FUSED_OPS)) != FAST_LABEL.endswith("-fused")
 
 
 def _predates_shipped_dmtd(folder: Path) -> bool:
