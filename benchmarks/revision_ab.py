@@ -24,7 +24,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lean_calls import tuning_questions  # noqa: E402
 
-import mtpedge  # noqa: E402
 from mtpedge.runtime.engine import Engine  # noqa: E402
 from mtpedge.runtime.generate import generate  # noqa: E402
 
@@ -55,7 +54,7 @@ def main() -> None:
         result = generate(engine, prompt, max_new_tokens=args.max_new_tokens, stop_token_ids=set())
         tokens += result.stats.new_tokens
         seconds += result.stats.elapsed_seconds
-    print(json.dumps({"label": args.label, "mtpedge": os.path.dirname(mtpedge.__file__), **calls,
+    print(json.dumps({"label": args.label, "engine": sys.modules[Engine.__module__].__file__, **calls,
                       "plain_tokens_per_s": round(tokens / seconds, 2), "load": os.getloadavg()[0]}))
 
 

@@ -7,6 +7,7 @@ is barely larger than one.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import warnings
@@ -17,7 +18,14 @@ import torch
 from onnx import numpy_helper
 from onnx.external_data_helper import set_external_data
 
-from mtpedge.runtime.contract import CACHE_SLOTS, GraphShape
+from mtpedge.runtime.contract import (
+    CACHE_SLOTS,
+    GraphShape,
+    past_key_name,
+    past_value_name,
+    present_key_name,
+    present_value_name,
+)
 
 from ..models.decoder import Decoder
 
@@ -34,7 +42,8 @@ def example_inputs(shape: GraphShape) -> tuple[torch.Tensor, ...]:
 
 
 def trace_graph(decoder: Decoder, shape: GraphShape) -> onnx.ModelProto:
-    """The decoder at one static width as an in-memory ONNX model (weights inline)."""
+    """The decoder at one static width as an in-memory ONNX model (weights inline), with the present outputs
+    when the shape asks for them."""
     import io
 
     buffer = io.BytesIO()
@@ -46,12 +55,41 @@ def trace_graph(decoder: Decoder, shape: GraphShape) -> onnx.ModelProto:
             example_inputs(shape),
             buffer,
             input_names=list(shape.input_shapes()),
-            output_names=list(shape.output_shapes()),
+            output_names=list(dataclasses.replace(shape, present=False).output_shapes()),
             opset_version=OPSET,
             do_constant_folding=True,
             dynamo=False,
         )
-    return onnx.load_from_string(buffer.getvalue())
+    model = onnx.load_from_string(buffer.getvalue())
+    if shape.present:
+        add_present_outputs(model, shape)
+    return model
+
+
+def add_present_outputs(model: onnx.ModelProto, shape: GraphShape) -> None:
+    """Expose each layer's past-with-the-block's-rows (the ScatterElements on past_key_l / past_value_l) as
+    present_key_l / present_value_l, so that the runtime can bind it to the past's own buffer (in place)."""
+    scatters = {node.input[0]: node for node in model.graph.node if node.op_type == "ScatterElements"}
+    present = {past_key_name(layer): present_key_name(layer) for layer in range(shape.num_layers)}
+    present.update({past_value_name(layer): present_value_name(layer) for layer in range(shape.num_layers)})
+    renamed = {}
+    for past, name in present.items():
+        if past not in scatters:
+            raise RuntimeError(f"the traced graph writes no rows into {past}: it breaks the graph contract")
+        renamed[scatters[past].output[0]] = name
+        scatters[past].output[0] = name
+    for node in model.graph.node:
+        node.input[:] = [renamed.get(x, x) for x in node.input]
+    dims = [1, shape.num_kv_heads, shape.context, shape.head_dim]
+    model.graph.output.extend(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, dims)
+                              for name in present.values())
+
+
+def drop_present_outputs(model: onnx.ModelProto) -> None:
+    """The graph without its present outputs (the QDQ / QNN graphs: the HTP gets no in-place binding)."""
+    keep = [o for o in model.graph.output if not o.name.startswith("present_")]
+    del model.graph.output[:]
+    model.graph.output.extend(keep)
 
 
 class SharedWeights:

@@ -16,7 +16,7 @@ from mtpedge.runtime.contract import new_key_name, new_value_name
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import generate
 
-from .onnx_graphs import SharedWeights
+from .onnx_graphs import SharedWeights, drop_present_outputs
 from .qdq import (
     CALIBRATION_ANSWER_TOKENS,
     CALIBRATION_PROMPTS,
@@ -214,6 +214,7 @@ def qdq_bundle(src: str | Path, out_dir: str | Path, config: QdqConfig | None = 
                 calls = recorder.run_stream(stream, entry.width, limit)
                 step = time.perf_counter()
                 model = fused_float_graph(src / entry.file)
+                drop_present_outputs(model)
                 if fixed is None:
                     stats = (activation_statistics(model, [feeds for feeds, _ in calls[:4]])
                              if config.outlier_ratio > 0 else None)
@@ -234,7 +235,8 @@ def qdq_bundle(src: str | Path, out_dir: str | Path, config: QdqConfig | None = 
                 encodings[entry.name] = io_encodings(model)
                 shared.externalize(model)
                 onnx.save_model(model, tmp / entry.file)
-                entries[entry.name] = replace(entry, precision=config.label)
+                entries[entry.name] = replace(entry, precision=config.label, outputs={
+                    name: dims for name, dims in entry.outputs.items() if not name.startswith("present_")})
                 how = f"calibrated on {len(calls)} calls" if i == 1 else f"the encodings of {widest_first[0].name}"
                 say(f"[{i}/{len(manifest.graphs)}] QDQ {entry.name}: {how} ({time.perf_counter() - step:.1f} s)")
                 del model

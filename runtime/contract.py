@@ -12,6 +12,9 @@ One static graph per width N (input slots per call); every graph of a bundle sha
     logits            (1, N, vocab)             float32
     new_key_{l}       (1, kv_heads, N, head_dim) float32  only the N new entries; the host commits them
     new_value_{l}     (1, kv_heads, N, head_dim) float32
+    present_key_{l}   (1, kv_heads, C, head_dim) float32  the past with the rows written at cache_slots; the CPU
+    present_value_{l} (1, kv_heads, C, head_dim) float32  runtime binds each to its past's buffer: written in place
+                                                          (QDQ / QNN graphs have none)
 
 Optional adapter I/O (bundles exported with a multi-token adapter, `mtpedge export --mtp-adapter`; the
 manifest's extras["mtp"]["adapter_graphs"] says so):
@@ -30,15 +33,17 @@ Optional tapped hidden state (DMTD bundles, export/dmtd_bundle.py; the manifest'
 Headless graphs (DMTD's trained thinking layers, export/dmtd_bundle.py) have no LM head: no `logits`, and
 `layer_hidden` with T = the graph's own layer count, i.e. the residual stream its last layer outputs.
 
-How a block attends: the graph writes row i's new K/V into its own copy of the past at column cache_slots[i]
-and every row attends over those C columns. The host gives a block of n slots at n_past the columns
+How a block attends: the graph writes row i's new K/V into the past at column cache_slots[i] (a copy, or the
+host's buffer itself when present_key / present_value are bound to it) and every row attends over those C
+columns. The host gives a block of n slots at n_past the columns
 n_past .. n_past + n - 1 (by node index) and every padding row the first free column n_past + n; the bias
 opens, for each row, the committed columns [0, n_past) and the columns of the nodes it sees. Why not append the
 block's keys after the cache (C + N columns, contract version 1): a chain's row then sums its attention in
 another order than plain decoding's later call, which finds the same keys inside the cache. With the keys at
 the columns plain decoding will read them from, a chain (lookup's drafts, a prefill chunk) computes every row
-bit for bit as plain decoding does (tests/test_lossless_rows.py); the copy costs ~0.01 ms a layer at C = 256
-(benchmarks/results/fast/README.md section 12).
+bit for bit as plain decoding does (tests/test_fast_default.py). Written into a copy, the cache costs a
+copy per layer and call (+8% per width-1 call at C = 256); bound in place, nothing (benchmarks/results/fast/README.md
+section 12). The rows land only in columns >= n_past: the committed cache is never written.
 
 Why the past is the whole cache (C positions) rather than a filled prefix: the host cache is one contiguous
 (1, kv_heads, C, head_dim) buffer per layer, and a full-buffer input is passed to onnxruntime without a
@@ -75,6 +80,14 @@ def new_value_name(layer: int) -> str:
     return f"new_value_{layer}"
 
 
+def present_key_name(layer: int) -> str:
+    return f"present_key_{layer}"
+
+
+def present_value_name(layer: int) -> str:
+    return f"present_value_{layer}"
+
+
 def graph_name(kind: str, width: int, context: int) -> str:
     return f"{kind}_ar{width}_cl{context}"
 
@@ -93,6 +106,7 @@ class GraphShape:
     adapter: bool = False  # the optional lora_gate input and hidden_states output
     tap_layer: int = 0  # > 0: the optional layer_hidden output, the residual stream entering this layer
     head: bool = True  # False: no LM head and no logits output (a headless graph: tap_layer = num_layers)
+    present: bool = True  # the present_key / present_value outputs (QDQ / QNN graphs: False)
 
     def input_shapes(self) -> dict[str, list[int]]:
         n, c = self.width, self.context
@@ -119,4 +133,8 @@ class GraphShape:
         for layer in range(self.num_layers):
             shapes[new_key_name(layer)] = [1, self.num_kv_heads, self.width, self.head_dim]
             shapes[new_value_name(layer)] = [1, self.num_kv_heads, self.width, self.head_dim]
+        if self.present:
+            for layer in range(self.num_layers):
+                shapes[present_key_name(layer)] = [1, self.num_kv_heads, self.context, self.head_dim]
+                shapes[present_value_name(layer)] = [1, self.num_kv_heads, self.context, self.head_dim]
         return shapes

@@ -11,7 +11,7 @@ import numpy as np
 import onnxruntime as ort
 
 from .bundle import BundleError, GraphEntry, Manifest
-from .contract import HIDDEN_STATES, LAYER_HIDDEN, new_key_name, new_value_name
+from .contract import HIDDEN_STATES, LAYER_HIDDEN, new_key_name, new_value_name, present_key_name
 from .qnn import DISABLE_CPU_FALLBACK, QNN_EP, add_qnn_provider, check_qnn_bundle
 
 log = logging.getLogger(__name__)
@@ -43,6 +43,7 @@ class GraphSet:
         self.session_options = session_options or {}
         check_qnn_bundle(manifest, self.providers)
         self._sessions: dict[str, ort.InferenceSession] = {}
+        self._in_place: dict[str, _InPlaceCall] = {}
         self.num_layers = manifest.config.num_layers
 
     @property
@@ -109,12 +110,17 @@ class GraphSet:
             )
 
     def run(self, entry: GraphEntry, feeds: dict[str, np.ndarray], n_real: int) -> GraphOutput:
+        """One call. A graph with present outputs writes the block's rows into the cache buffers it is fed
+        (`past_*`), in place (contract.py); columns below the rows' slots are never written."""
         sess = self.session(entry)
-        started = time.perf_counter()
-        outputs = sess.run(None, feeds)
-        seconds = time.perf_counter() - started
-        names = [o.name for o in sess.get_outputs()]
-        by_name = dict(zip(names, outputs, strict=True))
+        if present_key_name(0) in entry.outputs:
+            call = self._in_place.get(entry.name) or self._in_place.setdefault(entry.name, _InPlaceCall(sess, entry))
+            by_name, seconds = call.run(feeds, n_real)
+        else:
+            started = time.perf_counter()
+            outputs = sess.run(None, feeds)
+            seconds = time.perf_counter() - started
+            by_name = dict(zip([o.name for o in sess.get_outputs()], outputs, strict=True))
         return GraphOutput(
             logits=by_name["logits"][0, :n_real] if "logits" in by_name else None,
             new_keys=[by_name[new_key_name(layer)] for layer in range(self.num_layers)],
@@ -123,3 +129,32 @@ class GraphSet:
             hidden=by_name[HIDDEN_STATES][0, :n_real] if HIDDEN_STATES in by_name else None,
             layer_hidden=by_name[LAYER_HIDDEN][0, :n_real] if LAYER_HIDDEN in by_name else None,
         )
+
+
+class _InPlaceCall:
+    """A graph's I/O binding: its present outputs bound to the cache buffers it reads (so the graph writes the
+    block's rows into the host cache, no copy of the cache), its other outputs to buffers of its own, bound
+    once; only the small inputs are bound per call. Outputs are returned as copies (callers keep them)."""
+
+    def __init__(self, sess: ort.InferenceSession, entry: GraphEntry) -> None:
+        self.sess, self.binding = sess, sess.io_binding()
+        self.outputs = {name: np.empty(dims, np.float32) for name, dims in entry.outputs.items()
+                        if not name.startswith("present_")}
+        for name, buffer in self.outputs.items():
+            self.binding.bind_ortvalue_output(name, ort.OrtValue.ortvalue_from_numpy(buffer))
+        self.caches: dict[str, np.ndarray] = {}  # past input -> the buffer bound to it and its present output
+
+    def run(self, feeds: dict[str, np.ndarray], n_real: int) -> tuple[dict[str, np.ndarray], float]:
+        for name, value in feeds.items():
+            if not name.startswith("past_"):
+                self.binding.bind_cpu_input(name, value)
+            elif self.caches.get(name) is not value:  # a cache buffer this binding has not seen: bind it once
+                cache = ort.OrtValue.ortvalue_from_numpy(value)
+                self.binding.bind_ortvalue_input(name, cache)
+                self.binding.bind_ortvalue_output("present_" + name.removeprefix("past_"), cache)
+                self.caches[name] = value  # also keeps the buffer alive while bound
+        started = time.perf_counter()
+        self.sess.run_with_iobinding(self.binding)
+        seconds = time.perf_counter() - started
+        return {name: (buffer[:, :n_real] if buffer.ndim == 3 else buffer).copy()
+                for name, buffer in self.outputs.items()}, seconds

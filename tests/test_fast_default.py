@@ -9,6 +9,7 @@ import pytest
 
 import mtpedge.bundles as bundles
 from mtpedge.export.quantize_bundle import FAST
+from mtpedge.runtime.bundle import BUNDLE_VERSION
 
 
 def test_the_fast_label_is_the_fast_config_s(tmp_path):
@@ -23,8 +24,9 @@ def _fake_export(exported):
     def export(model, folder, config, progress):
         exported.append((model, folder.name, config.quantization, config.mtp_adapter))
         configs.append(config)
-        folder.mkdir(parents=True)
-        (folder / "manifest.json").write_text(json.dumps({"extras": {"mtp": {"masks_file": "m.npy"}}}))
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "manifest.json").write_text(json.dumps({"version": BUNDLE_VERSION,
+                                                          "extras": {"mtp": {"masks_file": "m.npy"}}}))
     return export
 
 
@@ -41,6 +43,10 @@ def test_without_a_bundle_a_gguf_model_gets_the_fast_bundle_and_float32_is_one_f
     assert exported == [(None, fast.name, FAST, None)]
     assert configs[-1].decode_widths == bundles.FAST_DECODE_WIDTHS and configs[-1].context_buckets == (256, 512)
     assert bundles.ensure_bundle(None, None, 1024, say=lambda _: None) == fast and len(exported) == 1  # cached
+    (fast / "manifest.json").write_text(json.dumps({"version": BUNDLE_VERSION - 1}))  # another mtpedge's export
+    said = []
+    assert bundles.ensure_bundle(None, None, 1024, say=said.append) == fast and len(exported) == 2
+    assert "another version of mtpedge" in said[0]
     float32 = bundles.ensure_bundle(None, None, 1024, say=lambda _: None, precision="float32")
     assert float32.name == "SmolLM2-135M-Instruct-cl1024" and exported[-1][2] is None
     gguf = str(tmp_path / "other.gguf")
@@ -157,19 +163,28 @@ def test_without_a_drafter_the_commands_leave_the_choice_to_the_bundle(command, 
     assert args.drafter is None and args.cost_model == "measured"
 
 
-def test_the_default_drafter_is_lossless_drafting_on_float32_and_plain_decoding_on_quantized_bundles(tiny_bundle):
-    """Issue 15: no flags = the fastest lossless drafter, sizing its trees by cost, where drafting is lossless; on
-    quantized bundles a drafted block's rows after its root are computed differently from plain decoding's later
-    calls (test_a_drafted_block_computes_its_rows_as_plain_decoding_does), and on QDQ graphs, on the CPU or
-    compiled for the HTP (issue 19), even its root row is, so plain decoding is their default."""
+def test_the_default_drafter_drafts_where_rows_are_width_invariant_and_decodes_plainly_elsewhere(tiny_bundle):
+    """Issue 15: no flags = the fastest lossless drafter, sizing its trees by cost, wherever a wide call computes
+    its root row as the width-1 call does (float32, the fast bundle: test_a_wider_graph_computes_the_root_row_...),
+    since the verifier reads only rows that then follow bit for bit; plain decoding on recipes where the root row
+    differs: float activations in 4-bit MatMuls, fused operators (not measured), QDQ graphs on the CPU or the HTP
+    (issue 19)."""
     from mtpedge.runtime.bundle import read_manifest
     from mtpedge.runtime.drafters import DEFAULT_DRAFTER, DRAFTERS, NONE, default_drafter
 
     float32 = read_manifest(tiny_bundle("llama"))
+
+    def with_recipe(**changes):
+        config = {"quantization": {"config": dataclasses.asdict(dataclasses.replace(FAST, **changes))}}
+        return dataclasses.replace(float32, extras={**float32.extras, **config})
+
     assert default_drafter(float32) == DEFAULT_DRAFTER
     assert not DRAFTERS[DEFAULT_DRAFTER].lossy and DRAFTERS[DEFAULT_DRAFTER].sized
-    fast_kernels = {"quantization": {"config": dataclasses.asdict(FAST)}}
-    assert default_drafter(dataclasses.replace(float32, extras={**float32.extras, **fast_kernels})) == NONE
+    assert default_drafter(with_recipe()) == DEFAULT_DRAFTER  # the fast bundle
+    assert default_drafter(with_recipe(weights="int8", accuracy_level=0)) == DEFAULT_DRAFTER  # 8-bit: always level 4
+    assert default_drafter(with_recipe(accuracy_level=0)) == NONE  # the exact grid, float activations
+    assert default_drafter(with_recipe(float_activation_roles=("down_proj",))) == NONE
+    assert default_drafter(with_recipe(fused_ops=True)) == NONE
     qdq = dataclasses.replace(float32, extras={**float32.extras, "qdq": {"config": {"activation_bits": 16}}})
     assert default_drafter(qdq) == NONE
     qnn = dataclasses.replace(qdq, extras={**qdq.extras, "qnn": {"htp_arch": 79, "soc_model": 69}})

@@ -20,7 +20,7 @@ from mtpedge.export.onnx_graphs import trace_graph
 from mtpedge.export.parity import graph_parity, parity_feeds
 from mtpedge.export.quantize_bundle import FAST, QuantConfig
 from mtpedge.models.loading import load_model
-from mtpedge.runtime.bundle import read_manifest
+from mtpedge.runtime.bundle import BUNDLE_VERSION, read_manifest
 from mtpedge.runtime.contract import CACHE_SLOTS, FUSED_OPS, GraphShape
 
 ARCHS = ["llama", "qwen2", "qwen3"]
@@ -116,9 +116,10 @@ def test_a_cached_fast_bundle_with_other_operators_than_the_fast_recipe_is_re_ex
     folder.mkdir(parents=True)
     assert not FAST.fused_ops  # the fast recipe traces standard operators (quality: results/fast section 10)
     # a bundle exported while the recipe fused its operators, under the same label
-    (folder / "manifest.json").write_text(json.dumps({"extras": {FUSED_OPS: {"rotary": 60}}}))
+    (folder / "manifest.json").write_text(json.dumps({"version": BUNDLE_VERSION,
+                                                      "extras": {FUSED_OPS: {"rotary": 60}}}))
     said = []
     assert bundles.ensure_bundle(None, None, 1024, say=said.append) == folder
     assert exported == [folder] and "other CPU operators than the fast recipe's" in said[0]
-    (folder / "manifest.json").write_text(json.dumps({"extras": {}}))
+    (folder / "manifest.json").write_text(json.dumps({"version": BUNDLE_VERSION, "extras": {}}))
     assert bundles.ensure_bundle(None, None, 1024, say=said.append) == folder and exported == [folder]  # reused

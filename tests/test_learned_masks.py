@@ -18,6 +18,7 @@ from mtpedge.export.learned_masks import (
 )
 from mtpedge.main import main
 from mtpedge.models.loading import load_model
+from mtpedge.runtime.bundle import BUNDLE_VERSION
 from mtpedge.runtime.drafters import make_drafter
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import generate
@@ -133,7 +134,8 @@ def _fake_default_bundle(folder, masks_file: str | None, source_sha256: str) -> 
 
     operators = {"fused_ops": {"rotary": 60}} if FAST.fused_ops else {}  # as the fast recipe traces its graphs
     extras = {**operators, **({"mtp": {"masks_file": masks_file}} if masks_file else {})}
-    (folder / "manifest.json").write_text(json.dumps({"extras": extras, "source_sha256": source_sha256}))
+    (folder / "manifest.json").write_text(json.dumps({"version": BUNDLE_VERSION, "extras": extras,
+                                                          "source_sha256": source_sha256}))
 
 
 def test_a_cached_default_bundle_without_the_shipped_masks_is_re_exported(tmp_path, monkeypatch):

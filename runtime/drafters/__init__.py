@@ -32,22 +32,35 @@ DEFAULT_DRAFTER = "lookup"
 
 
 def default_drafter(manifest) -> str:
-    """The drafter a bundle decodes with when none is named: DEFAULT_DRAFTER on float32 graphs, plain decoding on
-    quantized ones, where drafting is not token-identical to plain decoding:
-    - the fast bundle (every 4-bit MatMul on onnxruntime's int8-activation kernels, extras "quantization"): a wide
-      call's root row is bit for bit the width-1 call's, but a row after it attends to the block's earlier keys
-      appended after the cache, not in cache order as plain decoding's later call does: a different summation
-      order, ~4e-5 apart in logits on float32 graphs, which the int8 activation rounding of the next layers grows
-      to ~1.1 (benchmarks/results/fast/README.md, section 8); a drafted answer left plain decoding's on 1 of 21
-      tuning turns;
-    - QDQ a16w8 graphs (extras "qdq"): even the root row differs from the width-1 call, on the CPU's QDQ emulation
-      by up to 0.67, argmax flipped at 3 of 40 steps (benchmarks/results/quant/smollm2-width-invariance-cpu-qdq.log:
-      the recipe's fp16 nodes; an all-integer QDQ graph was width-invariant on the tiny model), and compiled for
-      the HTP (extras "qnn", which keep "qdq") on the simulator by 0.055 and 0.11 at the two steps measured
-      (smollm2-width-invariance-htp.log), nonzero on the tiny model with or without fp16 nodes
-      (tiny-htp-width-invariance.log), static scales notwithstanding."""
+    """The drafter a bundle decodes with when none is named: DEFAULT_DRAFTER where drafting is token-identical
+    to plain decoding, plain decoding elsewhere.
+
+    Drafting is token-identical where a wide call computes its root row bit for bit as the width-1 call does:
+    the verifier reads only a block's leading chain, whose later rows then follow bit for bit too (their keys
+    sit where plain decoding reads them, runtime/contract.py). That holds for float32 graphs and for MatMulNBits
+    graphs whose 4-bit MatMuls all take int8 activations (accuracy level 4: the fast bundle; MLAS quantizes each
+    row alike for any row count), tests/test_fast_default.py. It does not hold for
+    - 4-bit MatMuls with float activations (level 0): MLAS has a one-row kernel that sums in another order than
+      its dequantize + SGEMM path for wider calls (benchmarks/results/fast/README.md, section 8);
+    - graphs on the fused CPU operators: not measured for it;
+    - QDQ a16w8 graphs (extras "qdq"): on the CPU's QDQ emulation the root row differs by up to 0.67, argmax
+      flipped at 3 of 40 steps (benchmarks/results/quant/smollm2-width-invariance-cpu-qdq.log: the recipe's fp16
+      nodes), and compiled for the HTP (extras "qnn", which keep "qdq") by 0.055 and 0.11 on the simulator at
+      the two steps measured (smollm2-width-invariance-htp.log)."""
     extras = manifest.extras or {}
-    return NONE if extras.get("quantization") or extras.get("qdq") else DEFAULT_DRAFTER
+    if extras.get("qdq"):
+        return NONE
+    config = (extras.get("quantization") or {}).get("config")
+    if config is not None and not _rows_width_invariant(config):
+        return NONE
+    return DEFAULT_DRAFTER
+
+
+def _rows_width_invariant(config: dict) -> bool:
+    """A quantized bundle's recipe (export.quantize_bundle.QuantConfig as a dict) keeps rows width-invariant."""
+    four_bit = config.get("weights") in ("gguf", "int4") or config.get("output_layer") == "int4"
+    int8_activations = not four_bit or (config.get("accuracy_level") == 4 and not config.get("float_activation_roles"))
+    return int8_activations and not config.get("fused_ops")
 
 
 __all__ = ["DEFAULT_DRAFTER", "DRAFTERS", "NONE", "Drafter", "DrafterSpec", "check_fits", "default_drafter",
