@@ -20,6 +20,11 @@ public final class GraphOutput {
      * a bundle with a multi-token adapter only, else null.
      */
     public final float[] hidden;
+    /**
+     * Rows [0, rowsInContext) are the model's; a block reaching past the context's end has later rows without a
+     * cache column of their own, whose outputs mean nothing (set by {@link Engine#runBlock}).
+     */
+    int rowsInContext = Integer.MAX_VALUE;
 
     public GraphOutput(int rows, int vocab, float[] logits, int width, FloatBuffer[] newKeys, FloatBuffer[] newValues,
                        double seconds) {
@@ -44,6 +49,10 @@ public final class GraphOutput {
                     + " rows");
         }
         this.hidden = hidden;
+    }
+
+    public int rowsInContext() {
+        return rowsInContext;
     }
 
     public float[] logitsRow(int row) {
