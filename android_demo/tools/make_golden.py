@@ -24,7 +24,7 @@ from pathlib import Path
 import mtpedge.runtime.engine as engine_module
 import numpy as np
 from mtpedge.runtime.bundle import GraphEntry, Manifest, TokenizerInfo
-from mtpedge.runtime.engine import Engine
+from mtpedge.runtime.engine import Engine, leading_chain
 from mtpedge.runtime.graphs import GraphOutput, GraphSet
 from mtpedge.runtime.kv_cache import ContextOverflowError, KVCache
 from mtpedge.runtime.model_config import DecoderConfig, RopeConfig
@@ -87,7 +87,7 @@ def layout_cases(rng: np.random.Generator) -> dict:
 
     One engine runs all cases in turn, every tree at two n_past values, so that an engine reusing buffers or
     layouts between calls is pinned as well; then blocks at the end of the context (filling it, reaching past it,
-    at its last position, and a full cache), where rows_in_context says how many rows got a cache column."""
+    at its last position, and a full cache), with plain_rows: the rows the decode loop trusts."""
     trees = [[-1], [-1, 0, 1, 2], [-1, 0, 0, 1], [-1, 0, 0, 0, 1, 1, 4, 2]]
     trees += [random_parents(rng, int(n)).tolist() for n in rng.integers(2, 16, size=12)]
     context, widths, mask_value = 40, [1, 4, 8, 16], -1e9
@@ -116,7 +116,7 @@ def layout_cases(rng: np.random.Generator) -> dict:
         bias = call["feeds"]["attention_bias"][0, 0]
         cases.append({
             **case,
-            "width": call["entry"].width, "rows_in_context": min(out.rows_in_context, len(parents)),
+            "width": call["entry"].width, "plain_rows": out.plain_rows,
             "positions": positions_of(call["feeds"]),
             "cache_slots": call["feeds"]["cache_slots"][0].tolist(),
             "bias_zero_runs": [zero_runs(r) for r in bias],
@@ -163,12 +163,15 @@ def tree_with_logits(rng: np.random.Generator, vocab: int) -> tuple[DraftTree, n
 
 
 def verify_cases(rng: np.random.Generator) -> dict:
-    """Model outputs -> accepted path, bonus token, and the cache rows a commit writes (greedy)."""
+    """Model outputs -> accepted path, bonus token, and the cache rows a commit writes (greedy); and the path and
+    token when only the tree's leading chain is trusted (what the decode loop reads: Engine.run_block's plain_rows)."""
     vocab, layers, heads, head_dim, context = 12, 2, 2, 3, 24
     cases = []
     for _ in range(40):
         tree, logits = tree_with_logits(rng, vocab)
         path, bonus = verify_tree(tree, logits, lambda row: int(np.argmax(row)))
+        trusted = leading_chain(tree.parents)
+        trusted_path, trusted_bonus = verify_tree(tree, logits, lambda row: int(np.argmax(row)), trusted)
         width = int(len(tree) + rng.integers(0, 3))
         cache = KVCache(layers, heads, context, head_dim)
         cache.n_past = int(rng.integers(0, context - width))
@@ -180,6 +183,7 @@ def verify_cases(rng: np.random.Generator) -> dict:
             "tokens": tree.tokens.tolist(), "parents": tree.parents.tolist(), "vocab": vocab,
             "logits": f32(logits), "path": path, "next_token": bonus,
             "accepted_tokens": accepted_tokens(tree, path).tolist(),
+            "trusted": trusted, "trusted_path": trusted_path, "trusted_next_token": trusted_bonus,
             "kv": {"layers": layers, "heads": heads, "head_dim": head_dim, "context": context, "width": width,
                    "n_past": start, "n_past_after": cache.n_past,
                    "new_keys": [f32(k) for k in new_keys], "new_values": [f32(v) for v in new_values],

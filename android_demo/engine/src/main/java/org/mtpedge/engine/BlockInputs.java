@@ -28,8 +28,8 @@ package org.mtpedge.engine;
  *
  * <p>At the context's end a block may be too long for its columns (and, with padding, one shared column more):
  * then only its first {@link #rowsInContext} rows get columns of their own, all but the last free column, and the
- * rest share that one with the padding rows, seeing only it; their outputs mean nothing, and the loop commits no
- * node from them (as the Python engine does).
+ * rest share that one with the padding rows, seeing only it; their outputs mean nothing (the loop reads only
+ * {@link GraphOutput#plainRows()}, which excludes them), as in the Python engine.
  */
 public final class BlockInputs {
     public final int width;

@@ -76,8 +76,8 @@ public final class Engine implements AutoCloseable {
     /**
      * One graph call over n slots (embeds: n x hidden, row-major) arranged as a tree rooted at position nPast;
      * nothing is committed. Padding rows (up to the graph's width) see only the column they share, so the block
-     * must leave them a free position; rows past the context's end are run but mean nothing
-     * ({@link GraphOutput#rowsInContext()}, {@link BlockInputs}).
+     * must leave them a free position; rows past the context's end are run but mean nothing ({@link BlockInputs}).
+     * {@link GraphOutput#plainRows()}: the rows computed as plain decoding computes them.
      */
     public GraphOutput runBlock(float[] embeds, int[] parents) {
         return runBlock(embeds, parents, null);
@@ -111,10 +111,22 @@ public final class Engine implements AutoCloseable {
         float[] padded = Arrays.copyOf(embeds, entry.width * hidden);
         float[][] tables = rope.tables(inputs.positions);
         GraphOutput out = runner.run(entry, padded, inputs, tables[0], tables[1], cache);
-        out.rowsInContext = inputs.rowsInContext;
+        out.plainRows = Math.min(inputs.rowsInContext, leadingChain(parents));
         graphCalls++;
         graphSeconds += out.seconds;
         return out;
+    }
+
+    /**
+     * How many first nodes form a chain from the root (node i the child of node i - 1): the rows whose keys sit at
+     * the cache columns of their positions, where plain decoding reads them (graph contract v2).
+     */
+    public static int leadingChain(int[] parents) {
+        int n = 1;
+        while (n < parents.length && parents[n] == n - 1) {
+            n++;
+        }
+        return Math.min(n, parents.length);
     }
 
     /** Whether a block of n slots runs at the current position with every row inside the context. */

@@ -114,16 +114,12 @@ public final class Generator {
                 DraftTree tree = proposal.tree;
                 GraphOutput out = engine.runTree(tree, proposal.slotEmbeddings, drafting && drafter.loraOnSlots());
                 stats.decodeCalls++;
-                Verifier.Result verified = Verifier.verify(tree, out, sampler);
-                // nodes past the context's end (no cache column: their outputs mean nothing) and past the free
-                // positions are cut; the first node left out becomes the root (its parent's row, inside, verified it)
-                int kept = 0;
-                while (kept < verified.path.length && verified.path[kept] < out.rowsInContext()) {
-                    kept++;
-                }
-                int[] path = Arrays.copyOf(verified.path, Math.min(kept, engine.cache.free()));
+                // only rows plain decoding would compute bit for bit are read: the block's leading chain inside the
+                // context
+                Verifier.Result verified = Verifier.verify(tree, out, sampler, out.plainRows());
+                int[] path = Arrays.copyOf(verified.path, Math.min(verified.path.length, engine.cache.free()));
                 root = verified.nextToken;
-                if (path.length < verified.path.length) {
+                if (path.length < verified.path.length) { // no room for the whole path: the first left out is the root
                     root = tree.token(verified.path[path.length]);
                 }
                 engine.cache.commitAcceptedKv(out.newKeys, out.newValues, out.width, path);

@@ -21,10 +21,10 @@ public final class GraphOutput {
      */
     public final float[] hidden;
     /**
-     * Rows [0, rowsInContext) are the model's; a block reaching past the context's end has later rows without a
-     * cache column of their own, whose outputs mean nothing (set by {@link Engine#runBlock}).
+     * Rows [0, plainRows) are computed bit for bit as plain decoding computes their tokens: the block's leading
+     * chain inside the context (set by {@link Engine#runBlock}); the decode loop trusts no other row's logits.
      */
-    int rowsInContext = Integer.MAX_VALUE;
+    int plainRows = Integer.MAX_VALUE;
 
     public GraphOutput(int rows, int vocab, float[] logits, int width, FloatBuffer[] newKeys, FloatBuffer[] newValues,
                        double seconds) {
@@ -51,8 +51,8 @@ public final class GraphOutput {
         this.hidden = hidden;
     }
 
-    public int rowsInContext() {
-        return rowsInContext;
+    public int plainRows() {
+        return plainRows;
     }
 
     public float[] logitsRow(int row) {

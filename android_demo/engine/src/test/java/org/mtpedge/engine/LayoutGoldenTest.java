@@ -64,7 +64,8 @@ public class LayoutGoldenTest {
             Check.equal(Golden.integer(c, "width"), width, what + " chosen width");
             BlockInputs inputs = BlockInputs.build(parents, nPast, width, context, mask);
             Check.equal(Golden.longs(c, "positions"), inputs.positions, what + " positions");
-            Check.equal(Golden.integer(c, "rows_in_context"), inputs.rowsInContext, what + " rows in the context");
+            Check.equal(Golden.integer(c, "plain_rows"), Math.min(inputs.rowsInContext, Engine.leadingChain(parents)),
+                    what + " plain rows (the leading chain inside the context)");
             Check.equal(Golden.longs(c, "cache_slots"), inputs.cacheSlots, what + " cache slots");
             List<Object> runs = Golden.list(c, "bias_zero_runs");
             Check.equal(width, runs.size(), what + " bias rows");
