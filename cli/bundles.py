@@ -10,10 +10,11 @@ first use.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
-from mtpedge.runtime.bundle import MANIFEST, read_manifest
+from mtpedge.runtime.bundle import BUNDLE_VERSION, MANIFEST, read_manifest
 from mtpedge.runtime.contract import FUSED_OPS
 
 PRECISIONS = ("auto", "float32")
@@ -81,7 +82,8 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
     flavor = "mtp" if mtp else "dmtd" if dmtd else FAST_LABEL if fast else None
     folder = default_bundle_dir(model, context, flavor)
     cached = (folder / MANIFEST).is_file()
-    if cached and (mtp or (dmtd and not _predates_shipped_dmtd(folder))
+    stale = cached and _other_version(folder)
+    if cached and not stale and (mtp or (dmtd and not _predates_shipped_dmtd(folder))
                    or (not dmtd and not (model is None and _lacks_shipped_masks(folder))
                        and not (fast and _fused_ops_differ(folder)))):
         return folder
@@ -95,7 +97,10 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
             "`pip install 'mtpedge[export]'`, or pass --bundle DIR"
         ) from err
     if cached:  # the atomic export replaces it only once the new one is complete
-        if fast and _fused_ops_differ(folder):
+        if stale:
+            say(f"the cached bundle {folder} was exported by another version of mtpedge (its graphs take other "
+                "inputs): re-exporting it")
+        elif fast and _fused_ops_differ(folder):
             say(f"the cached bundle {folder} uses other CPU operators than the fast recipe's (fused or not): "
                 "re-exporting it")
         else:
@@ -122,6 +127,14 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
                                               **({"decode_widths": FAST_DECODE_WIDTHS} if fast else {})),
                   progress=say)
     return folder
+
+
+def _other_version(folder: Path) -> bool:
+    """A cached bundle whose manifest states another bundle version than this mtpedge reads (or none)."""
+    try:
+        return json.loads((folder / MANIFEST).read_text()).get("version") != BUNDLE_VERSION
+    except (OSError, ValueError, AttributeError):
+        return True
 
 
 def _fused_ops_differ(folder: Path) -> bool:

@@ -30,6 +30,7 @@ import numpy as np
 import onnx
 
 from mtpedge.runtime.bundle import Manifest, read_manifest
+from mtpedge.runtime.contract import CACHE_SLOTS
 from mtpedge.runtime.cost_table import CostTable, decode_widths
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ class HubJob:
 def input_specs(manifest: Manifest, graph: str) -> dict[str, tuple[tuple[int, ...], str]]:
     """name -> (shape, dtype) in the graph's input order, as qai_hub's input_specs wants them."""
     entry = next(g for g in manifest.graphs if g.name == graph)
-    return {name: (tuple(shape), "float32") for name, shape in entry.inputs.items()}
+    return {name: (tuple(shape), "int64" if name == CACHE_SLOTS else "float32") for name, shape in entry.inputs.items()}
 
 
 def build_jobs(bundle: str | Path, device: HubDevice, action: str, link: bool = True) -> list[HubJob]:
@@ -99,7 +100,9 @@ def inference_inputs(manifest: Manifest, graph: str, seed: int = 0) -> dict[str,
     entry = next(g for g in manifest.graphs if g.name == graph)
     data = {}
     for name, shape in entry.inputs.items():
-        if name == "rope_cos":
+        if name == CACHE_SLOTS:  # a chain at position 0
+            value = np.arange(shape[-1], dtype=np.int64).reshape(shape)
+        elif name == "rope_cos":
             value = np.ones(shape, np.float32)
         elif name in ("rope_sin", "attention_bias") or name.startswith("past_"):
             value = np.zeros(shape, np.float32)

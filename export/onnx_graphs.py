@@ -17,7 +17,7 @@ import torch
 from onnx import numpy_helper
 from onnx.external_data_helper import set_external_data
 
-from mtpedge.runtime.contract import GraphShape
+from mtpedge.runtime.contract import CACHE_SLOTS, GraphShape
 
 from ..models.decoder import Decoder
 
@@ -29,7 +29,8 @@ ALIGNMENT = 4096  # offsets page-aligned, so the weights file can be memory-mapp
 
 
 def example_inputs(shape: GraphShape) -> tuple[torch.Tensor, ...]:
-    return tuple(torch.zeros(dims, dtype=torch.float32) for dims in shape.input_shapes().values())
+    return tuple(torch.arange(shape.width).view(dims) if name == CACHE_SLOTS else torch.zeros(dims)
+                 for name, dims in shape.input_shapes().items())
 
 
 def trace_graph(decoder: Decoder, shape: GraphShape) -> onnx.ModelProto:

@@ -13,7 +13,8 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
-from mtpedge.runtime.contract import DEFAULT_MASK_VALUE, LORA_GATE, GraphShape
+from mtpedge.runtime.attention_bias import block_inputs
+from mtpedge.runtime.contract import CACHE_SLOTS, DEFAULT_MASK_VALUE, LORA_GATE, GraphShape
 from mtpedge.runtime.rope import inverse_frequencies, rope_tables
 
 from ..models.decoder import Decoder
@@ -29,7 +30,7 @@ def reference_call(decoder: Decoder, tokens: np.ndarray, context: int) -> tuple[
     cos, sin = rope_tables(np.arange(t), inverse_frequencies(cfg.rope, cfg.head_dim))
     past = [torch.zeros(1, cfg.num_kv_heads, context, cfg.head_dim)] * (2 * cfg.num_layers)
     with torch.no_grad():
-        logits, *kv = decoder(embeds, torch.from_numpy(bias), torch.from_numpy(cos), torch.from_numpy(sin), *past)
+        logits, *kv = decoder(embeds, torch.from_numpy(bias), torch.from_numpy(cos), torch.from_numpy(sin), None, *past)
     return logits[0].numpy(), [x.numpy() for x in kv]
 
 
@@ -40,13 +41,11 @@ def parity_feeds(decoder: Decoder, shape: GraphShape, n_past: int, seed: int = 0
     tokens = rng.integers(0, shape.vocab_size, n_past + n)
     ref_logits, ref_kv = reference_call(decoder, tokens, c)
     table = decoder.model.embed_tokens.weight.detach().numpy()
-    bias = np.full((1, 1, n, c + n), DEFAULT_MASK_VALUE, dtype=np.float32)
-    bias[0, 0, :, :n_past] = 0
-    bias[0, 0, :, c:][np.tril(np.ones((n, n), dtype=bool))] = 0
+    bias, slots = block_inputs(n_past, np.tril(np.ones((n, n), dtype=bool)), n, c, DEFAULT_MASK_VALUE)
     cos, sin = rope_tables(np.arange(n_past, n_past + n),
                            inverse_frequencies(decoder.cfg.rope, decoder.cfg.head_dim))
     feeds = {"inputs_embeds": table[tokens[n_past:]][None].astype(np.float32), "attention_bias": bias,
-             "rope_cos": cos, "rope_sin": sin}
+             "rope_cos": cos, "rope_sin": sin, CACHE_SLOTS: slots}
     if LORA_GATE in shape.input_shapes():  # an adapter graph with gate 0 must be the base model
         feeds[LORA_GATE] = np.zeros((1, n), dtype=np.float32)
     past_names = [name for name in shape.input_shapes() if name.startswith("past_")]

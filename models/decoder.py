@@ -46,7 +46,10 @@ class Attention(nn.Module):
             self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
             self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
 
-    def forward(self, x, bias, cos, sin, past_key, past_value):
+    def forward(self, x, bias, cos, sin, past_key, past_value, slots=None):
+        """slots None: the block attends over the past and then its own keys (training: an empty past);
+        slots (1, N) int64: the graph contract (runtime/contract.py), row i's K/V placed at cache column slots[i]
+        of a copy of the past before attending over its C columns, where plain decoding will later find them."""
         cfg = self.cfg
         n = x.shape[1]
         q = self.q_proj(x).view(1, n, cfg.num_heads, cfg.head_dim)
@@ -57,15 +60,18 @@ class Attention(nn.Module):
         q = apply_rope(q.transpose(1, 2), cos, sin)  # (1, H, N, D)
         k = apply_rope(k.transpose(1, 2), cos, sin)  # (1, Hkv, N, D)
         v = v.transpose(1, 2)
-        # Grouped-query attention without copying the cache: query heads are grouped under their KV head
-        # (no repeat of K/V), and the cache and the block's own keys are scored separately (no concat).
+        # Grouped-query attention: query heads are grouped under their KV head (no repeat of K/V), so the
+        # score matrix has group * N rows even at N = 1, which keeps onnxruntime on one GEMM kernel for every width.
         group = cfg.num_heads // cfg.num_kv_heads
         q = q.reshape(1, cfg.num_kv_heads, group * n, cfg.head_dim) * cfg.head_dim**-0.5
-        scores = torch.cat([q @ past_key.transpose(-1, -2), q @ k.transpose(-1, -2)], dim=-1)  # (1, Hkv, gN, C+N)
-        scores = scores.view(1, cfg.num_kv_heads, group, n, -1) + bias.unsqueeze(2)
+        if slots is None:
+            keys, values = torch.cat([past_key, k], dim=2), torch.cat([past_value, v], dim=2)
+        else:
+            index = slots.view(1, 1, n, 1).expand(1, cfg.num_kv_heads, n, cfg.head_dim)
+            keys, values = past_key.scatter(2, index, k), past_value.scatter(2, index, v)
+        scores = (q @ keys.transpose(-1, -2)).view(1, cfg.num_kv_heads, group, n, -1) + bias.unsqueeze(2)
         probs = torch.softmax(scores, dim=-1).view(1, cfg.num_kv_heads, group * n, -1)
-        context = past_key.shape[2]
-        out = probs[..., :context] @ past_value + probs[..., context:] @ v  # (1, Hkv, gN, D)
+        out = probs @ values  # (1, Hkv, gN, D)
         out = out.view(1, cfg.num_heads, n, cfg.head_dim).transpose(1, 2).reshape(1, n, cfg.num_heads * cfg.head_dim)
         return self.o_proj(out), k, v
 
@@ -89,8 +95,8 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, h, bias, cos, sin, past_key, past_value):
-        attn, k, v = self.self_attn(self.input_layernorm(h), bias, cos, sin, past_key, past_value)
+    def forward(self, h, bias, cos, sin, past_key, past_value, slots=None):
+        attn, k, v = self.self_attn(self.input_layernorm(h), bias, cos, sin, past_key, past_value, slots)
         h = h + attn
         h = h + self.mlp(self.post_attention_layernorm(h))
         return h, k, v
@@ -105,7 +111,7 @@ class Backbone(nn.Module):
 
 
 class Decoder(nn.Module):
-    """forward(inputs_embeds, attention_bias, rope_cos, rope_sin, *past) -> (logits, *new_kv).
+    """forward(inputs_embeds, attention_bias, rope_cos, rope_sin, cache_slots, *past) -> (logits, *new_kv).
 
     `past` is past_key_0, past_value_0, past_key_1, ... ; the outputs follow the same interleaving.
     The output matrix is always its own parameter (untied), so quantizers see the largest matrix.
@@ -117,16 +123,18 @@ class Decoder(nn.Module):
         self.model = Backbone(cfg)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
 
-    def forward(self, inputs_embeds, attention_bias, rope_cos, rope_sin, *past):
-        h, new_kv = run_layers(self.model.layers, inputs_embeds, attention_bias, rope_cos, rope_sin, past)
+    def forward(self, inputs_embeds, attention_bias, rope_cos, rope_sin, cache_slots, *past):
+        h, new_kv = run_layers(self.model.layers, inputs_embeds, attention_bias, rope_cos, rope_sin, past, cache_slots)
         return (self.lm_head(self.model.norm(h)), *new_kv)
 
 
-def run_layers(layers, h, attention_bias, rope_cos, rope_sin, past) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """h through `layers` in order, each reading its (past_key, past_value) pair from `past`; (h, new K/V list)."""
+def run_layers(layers, h, attention_bias, rope_cos, rope_sin, past, cache_slots=None
+               ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """h through `layers` in order, each reading its (past_key, past_value) pair from `past`; (h, new K/V list).
+    cache_slots: see Attention.forward."""
     new_kv = []
     for i, layer in enumerate(layers):
-        h, k, v = layer(h, attention_bias, rope_cos, rope_sin, past[2 * i], past[2 * i + 1])
+        h, k, v = layer(h, attention_bias, rope_cos, rope_sin, past[2 * i], past[2 * i + 1], cache_slots)
         new_kv += [k, v]
     return h, new_kv
 
@@ -138,8 +146,9 @@ class TappedDecoder(nn.Module):
         super().__init__()
         self.decoder, self.tap_layer = decoder, tap_layer
 
-    def forward(self, inputs_embeds, attention_bias, rope_cos, rope_sin, *past):
+    def forward(self, inputs_embeds, attention_bias, rope_cos, rope_sin, cache_slots, *past):
         layers, t = self.decoder.model.layers, self.tap_layer
-        tapped, kv_low = run_layers(layers[:t], inputs_embeds, attention_bias, rope_cos, rope_sin, past[: 2 * t])
-        h, kv_high = run_layers(layers[t:], tapped, attention_bias, rope_cos, rope_sin, past[2 * t:])
+        tapped, kv_low = run_layers(layers[:t], inputs_embeds, attention_bias, rope_cos, rope_sin, past[: 2 * t],
+                                    cache_slots)
+        h, kv_high = run_layers(layers[t:], tapped, attention_bias, rope_cos, rope_sin, past[2 * t:], cache_slots)
         return (self.decoder.lm_head(self.decoder.model.norm(h)), tapped, *kv_low, *kv_high)

@@ -259,8 +259,8 @@ class ThinkingGraph(nn.Module):
         super().__init__()
         self.layers = nn.ModuleList(layers)
 
-    def forward(self, inputs_embeds, attention_bias, rope_cos, rope_sin, *past):
-        h, new_kv = run_layers(self.layers, inputs_embeds, attention_bias, rope_cos, rope_sin, past)
+    def forward(self, inputs_embeds, attention_bias, rope_cos, rope_sin, cache_slots, *past):
+        h, new_kv = run_layers(self.layers, inputs_embeds, attention_bias, rope_cos, rope_sin, past, cache_slots)
         return (h, *new_kv)
 
 
@@ -273,6 +273,6 @@ class DecodingGraph(nn.Module):
         self.layers, self.norm = nn.ModuleList(layers), norm
         self.lm_weight = nn.Parameter(lm_weight.detach().clone(), requires_grad=False)
 
-    def forward(self, inputs_embeds, attention_bias, rope_cos, rope_sin, *past):
-        h, new_kv = run_layers(self.layers, inputs_embeds, attention_bias, rope_cos, rope_sin, past)
+    def forward(self, inputs_embeds, attention_bias, rope_cos, rope_sin, cache_slots, *past):
+        h, new_kv = run_layers(self.layers, inputs_embeds, attention_bias, rope_cos, rope_sin, past, cache_slots)
         return (F.linear(self.norm(h), self.lm_weight), *new_kv)

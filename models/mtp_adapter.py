@@ -148,11 +148,11 @@ class MtpAdapter(nn.Module):
             for name, value in state.items():
                 own[name].copy_(value)
 
-    def run(self, embeds, bias, cos, sin, past, gate: torch.Tensor | None):
+    def run(self, embeds, bias, cos, sin, past, gate: torch.Tensor | None, cache_slots=None):
         """One decoder call: (final-normed hidden (1, N, d), new K/V list); gate (1, N) or None (= base)."""
         self.gate.value = gate
         try:
-            h, new_kv = run_layers(self.decoder.model.layers, embeds, bias, cos, sin, past)
+            h, new_kv = run_layers(self.decoder.model.layers, embeds, bias, cos, sin, past, cache_slots)
             return self.decoder.model.norm(h), new_kv
         finally:
             self.gate.value = None
@@ -182,7 +182,7 @@ def attach_lora(decoder: Decoder, rank: int, scale: float, gate: GateHolder) -> 
 
 class AdapterGraphModule(nn.Module):
     """The graph contract with the adapter's extra I/O (for tracing):
-    forward(inputs_embeds, attention_bias, rope_cos, rope_sin, lora_gate, *past)
+    forward(inputs_embeds, attention_bias, rope_cos, rope_sin, cache_slots, lora_gate, *past)
         -> (logits, hidden_states, *new_kv)
     hidden_states are the final-normed hidden rows, the sampler head's input."""
 
@@ -190,7 +190,7 @@ class AdapterGraphModule(nn.Module):
         super().__init__()
         self.adapter = adapter
 
-    def forward(self, inputs_embeds, attention_bias, rope_cos, rope_sin, lora_gate, *past):
+    def forward(self, inputs_embeds, attention_bias, rope_cos, rope_sin, cache_slots, lora_gate, *past):
         gate = lora_gate if self.adapter.config.rank else None
-        hidden, new_kv = self.adapter.run(inputs_embeds, attention_bias, rope_cos, rope_sin, past, gate)
+        hidden, new_kv = self.adapter.run(inputs_embeds, attention_bias, rope_cos, rope_sin, past, gate, cache_slots)
         return (self.adapter.unembed(hidden), hidden, *new_kv)

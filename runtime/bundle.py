@@ -37,7 +37,7 @@ def files_sha256(paths: list[Path]) -> str:
 
 
 BUNDLE_FORMAT = "mtpedge-bundle"
-BUNDLE_VERSION = 1
+BUNDLE_VERSION = 2  # 2: the graph contract places the block's K/V at cache columns (cache_slots)
 MANIFEST = "manifest.json"
 
 

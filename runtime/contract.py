@@ -3,8 +3,9 @@
 One static graph per width N (input slots per call); every graph of a bundle shares the context C:
 
     inputs_embeds     (1, N, hidden)            float32   the host looks up embeddings: a mask slot is a vector
-    attention_bias    (1, 1, N, C + N)          float32   additive; 0 = visible, MASK_VALUE = hidden
+    attention_bias    (1, 1, N, C)              float32   additive over cache columns; 0 = visible, MASK_VALUE = hidden
     rope_cos/rope_sin (1, 1, N, head_dim/2)     float32   host-side RoPE at each slot's position
+    cache_slots       (1, N)                    int64     the cache column each row's new K/V takes (see below)
     past_key_{l}      (1, kv_heads, C, head_dim) float32  the host cache, passed whole (read only)
     past_value_{l}    (1, kv_heads, C, head_dim) float32
   ->
@@ -29,12 +30,19 @@ Optional tapped hidden state (DMTD bundles, export/dmtd_bundle.py; the manifest'
 Headless graphs (DMTD's trained thinking layers, export/dmtd_bundle.py) have no LM head: no `logits`, and
 `layer_hidden` with T = the graph's own layer count, i.e. the residual stream its last layer outputs.
 
-Key columns of `attention_bias`: [0, C) address the cache, [C, C + N) the block's own slots.
+How a block attends: the graph writes row i's new K/V into its own copy of the past at column cache_slots[i]
+and every row attends over those C columns. The host gives a block of n slots at n_past the columns
+n_past .. n_past + n - 1 (by node index) and every padding row the first free column n_past + n; the bias
+opens, for each row, the committed columns [0, n_past) and the columns of the nodes it sees. Why not append the
+block's keys after the cache (C + N columns, contract version 1): a chain's row then sums its attention in
+another order than plain decoding's later call, which finds the same keys inside the cache. With the keys at
+the columns plain decoding will read them from, a chain (lookup's drafts, a prefill chunk) computes every row
+bit for bit as plain decoding does (tests/test_lossless_rows.py); the copy costs ~0.01 ms a layer at C = 256
+(benchmarks/results/fast/README.md section 12).
 
-Why the past is the whole cache (C positions) rather than C - N: the host cache is one contiguous
+Why the past is the whole cache (C positions) rather than a filled prefix: the host cache is one contiguous
 (1, kv_heads, C, head_dim) buffer per layer, and a full-buffer input is passed to onnxruntime without a
-copy; a C - N prefix of it would be a strided view that must be copied on every call (~47 MB per call for
-SmolLM2 at C = 1024). The graph attends over C + N keys instead of C, which costs nothing measurable.
+copy; a prefix of it would be a strided view that must be copied on every call.
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ HIDDEN_STATES = "hidden_states"
 LAYER_HIDDEN = "layer_hidden"  # the output, and the manifest extras key holding its layer T
 # manifest extras key: the graphs use onnxruntime's fused CPU contrib ops (export/fused_ops.py), {op: count}
 FUSED_OPS = "fused_ops"
+CACHE_SLOTS = "cache_slots"
 
 
 def past_key_name(layer: int) -> str:
@@ -89,9 +98,10 @@ class GraphShape:
         n, c = self.width, self.context
         shapes = {
             "inputs_embeds": [1, n, self.hidden_size],
-            "attention_bias": [1, 1, n, c + n],
+            "attention_bias": [1, 1, n, c],
             "rope_cos": [1, 1, n, self.head_dim // 2],
             "rope_sin": [1, 1, n, self.head_dim // 2],
+            CACHE_SLOTS: [1, n],
         }
         if self.adapter:
             shapes[LORA_GATE] = [1, n]

@@ -17,7 +17,7 @@ import numpy as np
 
 from .attention_bias import CachedAttentionBias
 from .bundle import BundleError, Manifest, read_manifest
-from .contract import LORA_GATE
+from .contract import CACHE_SLOTS, LORA_GATE
 from .cost_table import CostTable
 from .graphs import GraphOutput, GraphSet
 from .kv_cache import ContextOverflowError, KVCache
@@ -27,6 +27,13 @@ from .tree import SLOT, DraftTree, tree_layout
 from .tree_templates import check_template, templates_from_extras
 
 log = logging.getLogger(__name__)
+
+
+def leading_chain(parents: np.ndarray) -> int:
+    """How many first nodes form a chain from the root (node i the child of node i - 1): the rows whose keys sit
+    at the cache columns of their positions, where plain decoding reads them (runtime/contract.py)."""
+    breaks = np.flatnonzero(np.asarray(parents[1:]) != np.arange(len(parents) - 1))
+    return int(breaks[0]) + 1 if breaks.size else len(parents)
 
 
 class Engine:
@@ -100,22 +107,33 @@ class Engine:
     def run_block(self, embeds: np.ndarray, parents: np.ndarray, gate: np.ndarray | None = None) -> GraphOutput:
         """One graph call over n slots arranged as a tree rooted at position n_past; nothing is committed.
 
-        Padding rows (up to the graph's width) see only themselves, so their softmax stays finite.
+        Padding rows (up to the graph's width) see only the column they share, so their softmax stays finite
+        (attention_bias.py); the block must leave them a free position.
         gate (n,): the adapter's LoRA gate per slot (graphs with a `lora_gate` input only; default all 0 = the
         base model).
         """
         n = embeds.shape[0]
         visible, depth, key = self.block_layout(parents)
-        self.cache.reserve(n)  # the smallest context bucket that holds the block's slots once accepted
+        width, n_past = self.graphs.entry_for(n).width, self.cache.n_past
+        inside = self._rows_with_columns(n, width)
+        if inside < 1:
+            raise ContextOverflowError(
+                f"a block of {n} slots at position {n_past} in a graph of width {width} finds no free cache column "
+                f"for its padding (context {self.context}): the last position needs a graph exactly as wide as the "
+                "block, or export with a larger --context")
+        if inside < n:  # rows past the context's end share the padding rows' column; their outputs mean nothing
+            visible, key = visible[:inside, :inside], None
+        # the smallest context bucket that holds the block's columns, the padding rows' one included
+        self.cache.reserve(inside + (inside < width))
         entry = self.graphs.entry_for(n, context=self.cache.capacity)
-        width, n_past = entry.width, self.cache.n_past
         positions = np.full(width, n_past, dtype=np.int64)
         positions[:n] += depth
-        bias = self._biases[(width, entry.context)].fill(n_past, visible, key)
+        bias, slots = self._biases[(width, entry.context)].fill(n_past, visible, key)
         cos, sin = self._rope_cos[:, :, positions], self._rope_sin[:, :, positions]
         padded = np.zeros((1, width, self.config.hidden_size), dtype=np.float32)
         padded[0, :n] = embeds
-        feeds = {"inputs_embeds": padded, "attention_bias": bias, "rope_cos": cos, "rope_sin": sin}
+        feeds = {"inputs_embeds": padded, "attention_bias": bias, "rope_cos": cos, "rope_sin": sin,
+                 CACHE_SLOTS: slots}
         if LORA_GATE in entry.inputs:
             feeds[LORA_GATE] = np.zeros((1, width), dtype=np.float32)
             if gate is not None:
@@ -125,9 +143,20 @@ class Engine:
                               "export one with `mtpedge export --mtp-adapter ADAPTER.pt`")
         feeds.update(self.cache.graph_inputs())
         out = self.graphs.run(entry, feeds, n)
+        out.plain_rows = min(inside, leading_chain(parents))
         self.graph_calls += 1
         self.graph_seconds += out.seconds
         return out
+
+    def _rows_with_columns(self, n: int, width: int) -> int:
+        """How many of a block's first rows get a cache column of their own: all n when they and (with padding)
+        one shared column fit the context; else all but the last free column, which the rest share."""
+        room = self.context - self.cache.n_past
+        return n if n + (n < width) <= room else min(n, room - 1)
+
+    def fits(self, n: int) -> bool:
+        """Whether a block of n slots runs at the current position with every row inside the context."""
+        return self._rows_with_columns(n, self.graphs.entry_for(n).width) == n
 
     def tree_embeddings(self, tree: DraftTree, slot_embeddings: np.ndarray | None = None) -> np.ndarray:
         """Embeddings of a tree's nodes: table rows for tokens, drafter-supplied vectors for SLOT nodes."""
@@ -161,12 +190,16 @@ class Engine:
                 f"the prompt has {tokens.size} tokens but only {self.cache.free} of the bundle's "
                 f"{self.context} context positions are free: shorten the prompt or export with a larger --context"
             )
-        chunk = self.graphs.prefill_width
-        for start in range(0, tokens.size, chunk):
-            part = tokens[start: start + chunk]
+        start = 0
+        while start < tokens.size:
+            size = min(self.graphs.prefill_width, tokens.size - start)
+            while size > 1 and not self.fits(size):  # at the context's end: leave the padding rows a column
+                size -= 1
+            part = tokens[start: start + size]
             chain = np.arange(-1, part.size - 1)  # a chain is plain causal attention
             out = self.run_block(self.embed(part), chain)
             self.cache.commit_accepted_kv(out.new_keys, out.new_values, np.arange(part.size))
+            start += size
             yield out
 
     def reset(self) -> None:

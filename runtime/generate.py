@@ -183,20 +183,23 @@ def generate(
         if should_stop and should_stop():
             stats.finish_reason = "cancelled"
             break
-        tree, slot_embeddings = drafter.propose(context, root) if drafter else (DraftTree.single(root), None)
-        if engine.cache.free < 1:
+        if engine.cache.free < 1 or not engine.fits(1):
             if on_overflow == "stop":
                 stats.finish_reason = "length"
                 break
-            engine.cache.ensure_room(1)
-        out = engine.run_tree(tree, slot_embeddings, lora_on_slots=drafter.lora_on_slots if drafter else False)
+            engine.cache.ensure_room(engine.cache.free + 1)
+        # the last free position: one plain step (a tree's padding rows would find no free cache column)
+        drafting = drafter is not None and engine.cache.free > 1
+        tree, slot_embeddings = drafter.propose(context, root) if drafting else (DraftTree.single(root), None)
+        out = engine.run_tree(tree, slot_embeddings, lora_on_slots=drafter.lora_on_slots if drafting else False)
         stats.decode_calls += 1
-        full_path, root = verify_tree(tree, judge(out), sampler.choose)
+        # only rows plain decoding would compute bit for bit are read: the block's leading chain inside the context
+        full_path, root = verify_tree(tree, judge(out) if drafting else out.logits, sampler.choose, out.plain_rows)
         path = full_path[: engine.cache.free]
         if len(path) < len(full_path):  # no room for the whole path: the first node left out becomes the root
             root = int(tree.tokens[full_path[len(path)]])
         engine.cache.commit_accepted_kv(out.new_keys, out.new_values, path)
-        if drafter:
+        if drafting:
             drafter.observe(tree, out, path)
         drafts = [int(t) for t in accepted_tokens(tree, path)]
         stats.accepted_histogram[len(drafts)] += 1

@@ -25,6 +25,9 @@ class GraphOutput:
     seconds: float  # time inside session.run
     hidden: np.ndarray | None = None  # (n, hidden) final-normed rows: adapter graphs only (contract HIDDEN_STATES)
     layer_hidden: np.ndarray | None = None  # (n, hidden) the tapped residual stream: DMTD bundles (LAYER_HIDDEN)
+    # rows [0, plain_rows) computed bit for bit as plain decoding computes their tokens: the block's leading chain
+    # inside the context (Engine.run_block); the decode loop trusts no other row's logits
+    plain_rows: int = 1 << 30
 
 
 class GraphSet:

@@ -163,7 +163,9 @@ def select_tree_scored(tokens: np.ndarray, parents: np.ndarray, scores: np.ndarr
     Pool nodes that repeat a sibling's token (same parent after merging, same token) are merged, keeping the
     higher score, and a node's score is capped by its parent's, so that choosing the `budget` best scores
     always yields a connected tree. Ties go to the shallower node, then to the earlier pool entry. The
-    result is in BFS order (depth, then score rank).
+    result holds the best chain first (the root, then each node's best-scored child), then the other nodes in
+    BFS order (depth, then score rank): a graph call computes a block's leading chain bit for bit as plain
+    decoding does (runtime/contract.py), so the likeliest path is the one verified exactly.
 
     Returns (tokens, parents, pool index of each chosen node, its score after merging and capping).
     """
@@ -188,7 +190,14 @@ def select_tree_scored(tokens: np.ndarray, parents: np.ndarray, scores: np.ndarr
     reps = np.flatnonzero(merged == np.arange(n))
     reps = reps[reps != 0]
     order = reps[np.lexsort((reps, depth[reps], -score[reps]))][: budget - 1]
-    chosen = np.concatenate([[0], order[np.lexsort((np.arange(order.size), depth[order]))]])
+    bfs = order[np.lexsort((np.arange(order.size), depth[order]))]
+    chain = [0]
+    while True:  # bfs lists each node's children best first
+        child = next((int(c) for c in bfs if merged[parents[c]] == chain[-1]), None)
+        if child is None:
+            break
+        chain.append(child)
+    chosen = np.concatenate([chain, [c for c in bfs if c not in chain[1:]]]).astype(np.int64)
     new_index = {int(p): i for i, p in enumerate(chosen)}
     new_parents = np.array([-1] + [new_index[int(merged[parents[p]])] for p in chosen[1:]], dtype=np.int64)
     return tokens[chosen].astype(np.int64), new_parents, chosen.astype(np.int64), score[chosen]

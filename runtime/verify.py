@@ -17,15 +17,21 @@ import numpy as np
 from .tree import SLOT, DraftTree
 
 
-def verify_tree(tree: DraftTree, logits: np.ndarray, choose: Callable[[np.ndarray], int]) -> tuple[list[int], int]:
-    """Return (accepted node indices starting with the root, the next token chosen after the last of them)."""
+def verify_tree(tree: DraftTree, logits: np.ndarray, choose: Callable[[np.ndarray], int],
+                trusted: int | None = None) -> tuple[list[int], int]:
+    """Return (accepted node indices starting with the root, the next token chosen after the last of them).
+
+    trusted: only rows [0, trusted) are read (default all). A matching node beyond them is not accepted: its
+    token, which a trusted row chose, is returned as the next token, and no choice is made from its row, so
+    sampling draws exactly as plain decoding does."""
+    trusted = len(tree) if trusted is None else trusted
     path = [0]
     node = 0
     while True:
         target = choose(logits[node])
         children = tree.children(node)
         match = children[(tree.tokens[children] == target) & (tree.tokens[children] != SLOT)]
-        if match.size == 0:
+        if match.size == 0 or match[0] >= trusted:
             return path, target
         node = int(match[0])
         path.append(node)

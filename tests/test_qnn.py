@@ -18,7 +18,7 @@ from mtpedge.export.qdq import QDQ_MASK_VALUE, QdqConfig, activation_encodings, 
 from mtpedge.export.qdq_bundle import qdq_bundle
 from mtpedge.export.quality import sequence_logits
 from mtpedge.runtime.bundle import BundleError, read_manifest
-from mtpedge.runtime.contract import new_key_name, new_value_name, past_key_name, past_value_name
+from mtpedge.runtime.contract import CACHE_SLOTS, new_key_name, new_value_name, past_key_name, past_value_name
 from mtpedge.runtime.engine import Engine
 
 QNN = "QNNExecutionProvider"
@@ -94,13 +94,20 @@ def test_smoothing_goes_into_every_width_and_keeps_the_models_answers(tiny_bundl
     assert manifest.extras["qdq"]["smoothed_norms"] == 2 * manifest.config.num_layers + 1
     rng = np.random.default_rng(0)
     for entry in manifest.graphs:
-        feeds = {name: rng.normal(0, 0.3, shape).astype(np.float32) for name, shape in entry.inputs.items()}
-        feeds["attention_bias"][:] = 0.0
+        feeds = random_feeds(entry, rng)
         float_logits, plain, smooth = (
             ort.InferenceSession(str(folder / entry.file), providers=["CPUExecutionProvider"]).run(["logits"], feeds)[0]
             for folder in (src, qdq_tiny, smoothed))
         corr = [np.corrcoef(q.ravel(), float_logits.ravel())[0, 1] for q in (plain, smooth)]
         assert corr[1] > corr[0] - 0.02, entry.name
+
+
+def random_feeds(entry, rng) -> dict[str, np.ndarray]:
+    """Random activations and cache, every column visible, the rows at cache columns 0 .. N - 1."""
+    feeds = {name: rng.normal(0, 0.3, shape).astype(np.float32) for name, shape in entry.inputs.items()}
+    feeds["attention_bias"][:] = 0.0
+    feeds[CACHE_SLOTS] = np.arange(entry.width, dtype=np.int64)[None]
+    return feeds
 
 
 def test_qdq_config_refuses_a_huge_mask_value():
@@ -168,8 +175,7 @@ def test_shared_weights_one_binary_every_graph_runs_on_the_htp(qdq_tiny, tmp_pat
 
     def run_in_context(i, session):
         entry = manifest.graphs[i]
-        feeds = {name: rng.normal(0, 0.3, shape).astype(np.float32) for name, shape in entry.inputs.items()}
-        feeds["attention_bias"][:] = 0.0
+        feeds = random_feeds(entry, rng)
         cpu = ort.InferenceSession(str(qdq_tiny / entry.file), providers=["CPUExecutionProvider"])
         assert_htp_close(session.run(["logits"], feeds)[0], cpu.run(["logits"], feeds)[0])
         checked.append(entry.name)

@@ -93,6 +93,7 @@ def test_compile_jobs_carry_the_manifest_input_specs_and_link_the_graphs(qdq_sma
         assert call["device"] == ("device", "", "chipset:qualcomm-snapdragon-8-elite")
         assert list(call["input_specs"]) == list(entry.inputs)  # the graph's own input order
         assert call["input_specs"]["attention_bias"] == (tuple(entry.inputs["attention_bias"]), "float32")
+        assert call["input_specs"]["cache_slots"] == ((1, entry.width), "int64")
         assert call["options"] == "--target_runtime qnn_context_binary"
         assert isinstance(call["model"], onnx.ModelProto)
         assert any(n.op_type == "QuantizeLinear" for n in call["model"].graph.node)

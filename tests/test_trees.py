@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mtpedge.runtime.attention_bias import CachedAttentionBias
+from mtpedge.runtime.attention_bias import CachedAttentionBias, block_inputs
 from mtpedge.runtime.drafters.mask_embeddings import MaskConfig, initial_masks, updated_masks
+from mtpedge.runtime.engine import leading_chain
 from mtpedge.runtime.ngram import ngram_continuations
 from mtpedge.runtime.tree import SLOT, tree_layout
 from mtpedge.runtime.tree_build import (
@@ -21,6 +22,7 @@ from mtpedge.runtime.tree_build import (
     mask_pool,
     mask_slot_index,
     select_tree,
+    select_tree_scored,
     static_tree,
     static_tree_parents,
     top_tokens,
@@ -94,16 +96,24 @@ def brute_select(tokens, parents, scores, budget):
 
 @settings(max_examples=300, deadline=None)
 @given(st.data())
-def test_select_tree_is_connected_best_and_bfs(data):
+def test_select_tree_is_connected_best_and_chain_first(data):
     size = data.draw(st.integers(1, 10))
     parents = [-1] + [data.draw(st.integers(0, i - 1)) for i in range(1, size)]
     tokens = [7] + [data.draw(st.integers(0, 3)) for _ in range(1, size)]
     scores = [1.0] + [data.draw(st.sampled_from([0.1, 0.2, 0.4, 0.8])) for _ in range(1, size)]
     budget = data.draw(st.integers(1, 12))
-    out_tokens, out_parents, chosen = select_tree(np.array(tokens), np.array(parents), np.array(scores), budget)
+    out_tokens, out_parents, chosen, out_scores = select_tree_scored(np.array(tokens), np.array(parents),
+                                                                      np.array(scores), budget)
     layout = tree_layout(out_parents)  # validates: parents come first
     assert out_tokens[0] == 7 and chosen[0] == 0 and len(out_tokens) <= budget
-    assert (np.diff(layout.depth) >= 0).all()  # BFS order
+    chain = leading_chain(out_parents)  # the best chain first: each node's best-scored child follows it ...
+    for i in range(chain):
+        children = np.flatnonzero(out_parents == i)
+        if i < chain - 1:
+            assert out_scores[i + 1] == out_scores[children].max()
+        else:
+            assert children.size == 0
+    assert (np.diff(layout.depth[chain:]) >= 0).all()  # ... then the others in BFS order
     for i in range(1, len(out_tokens)):  # siblings never repeat a token
         sib = np.flatnonzero(out_parents == out_parents[i])
         assert (out_tokens[sib] == out_tokens[i]).sum() == 1
@@ -118,7 +128,7 @@ def test_dynamic_tree_from_mask_pool():
     assert pool[0].tolist() == [3, 0, 1, 2, 2, 3]  # depth 2 offers 2 tokens under the top-1 of depth 1 (0 pruned)
     assert np.allclose(pool[2], [1, 0.6, 0.3, 0.1, 0.48, 0.06])
     tokens, parents, _ = select_tree(*pool, budget=4)
-    assert tokens.tolist() == [3, 0, 1, 2] and parents.tolist() == [-1, 0, 0, 1]
+    assert tokens.tolist() == [3, 0, 2, 1] and parents.tolist() == [-1, 0, 1, 0]  # the best chain first
 
 
 def test_hybrid_pool_merges_shared_candidates():
@@ -128,9 +138,9 @@ def test_hybrid_pool_merges_shared_candidates():
     assert tokens.tolist() == [9, 1, 2, 3, 1, 0, 2]
     assert parents.tolist() == [-1, 0, 1, 2, 0, 0, 4]
     out_tokens, out_parents, chosen = select_tree(tokens, parents, scores, budget=5)
-    # token 1 offered by both sources is one node (score 0.7); its child 2 likewise (0.63)
-    assert out_tokens.tolist() == [9, 1, 0, 2, 3] and out_parents.tolist() == [-1, 0, 0, 1, 3]
-    assert chosen.tolist() == [0, 1, 5, 2, 3]
+    # token 1 offered by both sources is one node (score 0.7); its child 2 likewise (0.63); the chain 9 1 2 3 first
+    assert out_tokens.tolist() == [9, 1, 2, 3, 0] and out_parents.tolist() == [-1, 0, 1, 2, 0]
+    assert chosen.tolist() == [0, 1, 2, 3, 5]
 
 
 def test_default_static_widths():
@@ -209,25 +219,34 @@ def test_templates_are_the_runtime_layouts():
         make_template(16, 1, [8])
 
 
-def naive_attention_bias(n_past: int, visible: np.ndarray, width: int, context: int, mask_value: float) -> np.ndarray:
-    """The test oracle: the whole (1, 1, N, C + N) bias filled from scratch (see runtime/attention_bias.py)."""
+def naive_block_inputs(n_past: int, visible: np.ndarray, width: int, context: int, mask_value: float):
+    """The test oracle, element by element (runtime/contract.py): real row i takes column n_past + i and sees
+    the committed columns and the columns of the nodes it sees; padding rows share column n_past + n and see it only."""
     n = visible.shape[0]
-    bias = np.full((1, 1, width, context + width), mask_value, dtype=np.float32)
-    bias[0, 0, :n, :n_past] = 0.0
-    block = bias[0, 0, :, context:]
-    block[:n, :n][visible] = 0.0
-    block[np.arange(n, width), np.arange(n, width)] = 0.0  # padding rows see only themselves
-    return bias
+    slots = np.array([[n_past + i if i < n else n_past + n for i in range(width)]], dtype=np.int64)
+    bias = np.full((1, 1, width, context), mask_value, dtype=np.float32)
+    for row in range(width):
+        for column in range(context):
+            if row < n:
+                seen = column < n_past or (n_past <= column < n_past + n and visible[row, column - n_past])
+            else:
+                seen = column == n_past + n
+            if seen:
+                bias[0, 0, row, column] = 0.0
+    return bias, slots
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 40), st.integers(1, 8), st.integers(0, 3)), min_size=1, max_size=12))
 def test_cached_bias_equals_naive_bias(steps):
-    """Any sequence of (n_past, tree size, shape) gives the same bias as building it from scratch."""
+    """Any sequence of (n_past, tree size, shape) gives the bias and slots of the element-by-element oracle."""
     width, context = 8, 48
     cached = CachedAttentionBias(width, context, -1e9)
     for n_past, n, shape in steps:
         parents = np.array([-1] + [max(0, i - 1 - shape) for i in range(1, n)])
         visible = tree_layout(parents).visible
-        out = cached.fill(n_past, visible, (parents.tobytes()))
-        assert np.array_equal(out, naive_attention_bias(n_past, visible, width, context, -1e9))
+        bias, slots = cached.fill(n_past, visible, (parents.tobytes()))
+        want_bias, want_slots = naive_block_inputs(n_past, visible, width, context, -1e9)
+        assert np.array_equal(slots, want_slots)
+        assert np.array_equal(block_inputs(n_past, visible, width, context, -1e9)[0], want_bias)
+        assert np.array_equal(bias, want_bias)
