@@ -119,10 +119,10 @@ def recording(engine: Engine, drafter):
         commits.append({"call": len(calls) - 1, "slots": [int(s) for s in slots]})
         return original_commit(new_keys, new_values, slots)
 
-    def verify(tree, logits, choose):
-        path, token = original_verify(tree, logits, choose)
+    def verify(tree, logits, choose, trusted=None):
+        path, token = original_verify(tree, logits, choose, trusted)
         trees.append({"call": len(calls) - 1, "tokens": tree.tokens.tolist(), "parents": tree.parents.tolist(),
-                      "path": path, "next_token": token})
+                      "trusted": trusted, "path": path, "next_token": token})
         return path, token
 
     def observe(tree, out, path):  # the steps the drafter is told about (not a plain step at the last position)
