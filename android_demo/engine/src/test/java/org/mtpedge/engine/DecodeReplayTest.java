@@ -95,11 +95,12 @@ public class DecodeReplayTest {
     }
 
     /** Records the trees the drafter observes (every step it drafted: not the plain step at the last position) and
-     *  the paths accepted, to compare with the trees Python's verifier saw on the steps its drafter observed. */
+     *  the paths accepted and the rows verified, to compare with what Python's verifier saw on those steps. */
     static final class Spy implements Drafter {
         final Drafter inner;
         final List<DraftTree> trees = new ArrayList<>();
         final List<int[]> paths = new ArrayList<>();
+        final List<Integer> plainRows = new ArrayList<>();
 
         Spy(Drafter inner) {
             this.inner = inner;
@@ -134,6 +135,7 @@ public class DecodeReplayTest {
         public void observe(DraftTree tree, GraphOutput out, int[] path) {
             trees.add(tree);
             paths.add(path.clone());
+            plainRows.add(out.plainRows());
             inner.observe(tree, out, path);
         }
     }
@@ -216,6 +218,8 @@ public class DecodeReplayTest {
                 DraftTree expected = new DraftTree(Golden.ints(trees.get(i), "tokens"), Golden.ints(trees.get(i),
                         "parents"));
                 Check.equal(expected, spy.trees.get(i), what + " tree of step " + i);
+                Check.equal(Golden.integer(trees.get(i), "trusted"), (int) spy.plainRows.get(i), what + " rows verified of "
+                        + "step " + i + " (the leading chain inside the context)");
                 // the loop commits (and the drafter observes) the accepted path cut to the free positions
                 Check.equal(committed.get(Golden.integer(trees.get(i), "call")), spy.paths.get(i),
                         what + " accepted path of step " + i + " (verifier's full path "
