@@ -1,12 +1,12 @@
 """Record short decodes of the real SmolLM2 bundle (plain greedy and each drafter) for the Java replay test.
 
-Per graph call: the chosen width, n_past, positions, the attention bias (as zero runs per row), a fingerprint of
-each input embedding row, the LoRA gate (adapter bundles), and the outputs as top-k logits + each row's
-log-sum-exp (the full rows are 49152 floats), the mask slots' hidden states (the mtp drafter's recordings, base64
-float32) and the call's seconds (a cost-aware drafter's recordings, see below). Per decode step: the drafter's
-tree, and the slots each commit gathered. Plus the prompt's and the committed tokens' embedding rows (base64
-float32), so that mask embeddings can be recomputed in Java, and the bundle's adapter files (learned masks,
-sampler head) as they are.
+Per graph call: the chosen width, n_past, positions, cache slots, the attention bias (as zero runs per row), a
+fingerprint of each input embedding row, the LoRA gate (adapter bundles), and the outputs as top-k logits + each
+row's log-sum-exp (the full rows are 49152 floats), the mask slots' hidden states (the mtp drafter's recordings,
+base64 float32) and the call's seconds (a cost-aware drafter's recordings, see below). Per decode step: the
+drafter's tree (and whether the drafter observed the step), and the slots each commit gathered. Plus the prompt's
+and the committed tokens' embedding rows (base64 float32), so that mask embeddings can be recomputed in Java, and
+the bundle's adapter files (learned masks, sampler head) as they are.
 
 Recordings of a drafter that sizes its trees run it over a cost table written into the recording, with a clock
 that ticks CLOCK_STEP seconds per reading and graph calls that report the table's seconds for their width (a
@@ -98,7 +98,7 @@ def recording(engine: Engine, drafter):
         out = original_run(entry, feeds, n_real)
         embeds = feeds["inputs_embeds"][0, :n_real].astype(np.float64)
         call = {"width": entry.width, "n_real": n_real, "n_past": engine.cache.n_past,
-                "positions": positions_of(feeds),
+                "positions": positions_of(feeds), "cache_slots": feeds["cache_slots"][0].tolist(),
                 "bias_zero_runs": [zero_runs(r) for r in feeds["attention_bias"][0, 0]],
                 "embed_sums": embeds.sum(axis=1).tolist(), "embed_sumsq": (embeds ** 2).sum(axis=1).tolist(),
                 "logits": top_rows(out.logits)}
@@ -119,21 +119,30 @@ def recording(engine: Engine, drafter):
         commits.append({"call": len(calls) - 1, "slots": [int(s) for s in slots]})
         return original_commit(new_keys, new_values, slots)
 
-    def verify(tree, logits, choose):
-        path, token = original_verify(tree, logits, choose)
+    def verify(tree, logits, choose, trusted=None):
+        path, token = original_verify(tree, logits, choose, trusted)
         trees.append({"call": len(calls) - 1, "tokens": tree.tokens.tolist(), "parents": tree.parents.tolist(),
-                      "path": path, "next_token": token})
+                      "trusted": trusted, "path": path, "next_token": token})
         return path, token
+
+    def observe(tree, out, path):  # the steps the drafter is told about (not a plain step at the last position)
+        trees[-1]["observed"] = True
+        return original_observe(tree, out, path)
 
     engine.graphs.run = run
     engine.cache.commit_accepted_kv = commit
     generate_module.verify_tree = verify
+    if drafter is not None:
+        original_observe = drafter.observe
+        drafter.observe = observe
     try:
         yield calls, commits, trees
     finally:
         del engine.graphs.run
         del engine.cache.commit_accepted_kv
         generate_module.verify_tree = original_verify
+        if drafter is not None:
+            del drafter.observe
 
 
 def record(engine: Engine, name: str, drafter_key: str | None, options: dict, max_new: int, model: str = "smollm2",

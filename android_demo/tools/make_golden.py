@@ -24,9 +24,9 @@ from pathlib import Path
 import mtpedge.runtime.engine as engine_module
 import numpy as np
 from mtpedge.runtime.bundle import GraphEntry, Manifest, TokenizerInfo
-from mtpedge.runtime.engine import Engine
+from mtpedge.runtime.engine import Engine, leading_chain
 from mtpedge.runtime.graphs import GraphOutput, GraphSet
-from mtpedge.runtime.kv_cache import KVCache
+from mtpedge.runtime.kv_cache import ContextOverflowError, KVCache
 from mtpedge.runtime.model_config import DecoderConfig, RopeConfig
 from mtpedge.runtime.rope import inverse_frequencies, rope_tables
 from mtpedge.runtime.sampling import SamplingConfig, probabilities
@@ -82,30 +82,43 @@ def capture_engine(widths: list[int], context: int, mask_value: float) -> tuple[
 
 
 def layout_cases(rng: np.random.Generator) -> dict:
-    """Trees -> visible rows, depths, paths; and the block inputs (positions, attention bias) of one call.
+    """Trees -> visible rows, depths, paths; and the block inputs (positions, cache slots, attention bias) of one
+    call, or the engine's ContextOverflowError ("overflow": true) for a block that does not fit the context.
 
     One engine runs all cases in turn, every tree at two n_past values, so that an engine reusing buffers or
-    layouts between calls is pinned as well."""
+    layouts between calls is pinned as well; then blocks at the end of the context (filling it, reaching past it,
+    at its last position, and a full cache), with plain_rows: the rows the decode loop trusts."""
     trees = [[-1], [-1, 0, 1, 2], [-1, 0, 0, 1], [-1, 0, 0, 0, 1, 1, 4, 2]]
     trees += [random_parents(rng, int(n)).tolist() for n in rng.integers(2, 16, size=12)]
     context, widths, mask_value = 40, [1, 4, 8, 16], -1e9
     engine, captured = capture_engine(widths, context, mask_value)
     positions_of = RopePositions(engine.inv_freq, context + max(widths))
+    runs = [(parents, int(rng.integers(0, context - 16))) for parents in trees * 2]
+    for parents in ([-1], [-1, 0, 1, 2], [-1, 0, 0], [-1, 0, 0, 0, 1, 1, 4, 2], trees[-1]):
+        n = len(parents)
+        runs += [(parents, n_past) for n_past in sorted({context - n - 1, context - n, context - n + 1, context - 1})]
+    runs.append(([-1], context))  # a full cache
     cases = []
-    for parents in trees * 2:
+    for parents, n_past in runs:
         layout = tree_layout(np.array(parents))
-        engine.cache.n_past = int(rng.integers(0, context - 16))
-        engine.run_block(np.zeros((len(parents), 3), np.float32), np.array(parents))
+        case = {"parents": parents, "visible": layout.visible.astype(int).tolist(), "depth": layout.depth.tolist(),
+                "paths": [list(p) for p in layout.paths],
+                "n_past": n_past, "context": context, "widths": widths, "mask_value": mask_value}
+        engine.cache.n_past = n_past
+        calls = len(captured)
+        try:
+            out = engine.run_block(np.zeros((len(parents), 3), np.float32), np.array(parents))
+        except ContextOverflowError:
+            assert len(captured) == calls, "a refused block was run"
+            cases.append({**case, "overflow": True})
+            continue
         call = captured[-1]
         bias = call["feeds"]["attention_bias"][0, 0]
         cases.append({
-            "parents": parents,
-            "visible": layout.visible.astype(int).tolist(),
-            "depth": layout.depth.tolist(),
-            "paths": [list(p) for p in layout.paths],
-            "n_past": engine.cache.n_past, "context": context, "widths": widths, "mask_value": mask_value,
-            "width": call["entry"].width,
+            **case,
+            "width": call["entry"].width, "plain_rows": out.plain_rows,
             "positions": positions_of(call["feeds"]),
+            "cache_slots": call["feeds"]["cache_slots"][0].tolist(),
             "bias_zero_runs": [zero_runs(r) for r in bias],
             "bias_values": sorted({float(v) for v in np.unique(bias)}),
         })
@@ -150,12 +163,15 @@ def tree_with_logits(rng: np.random.Generator, vocab: int) -> tuple[DraftTree, n
 
 
 def verify_cases(rng: np.random.Generator) -> dict:
-    """Model outputs -> accepted path, bonus token, and the cache rows a commit writes (greedy)."""
+    """Model outputs -> accepted path, bonus token, and the cache rows a commit writes (greedy); and the path and
+    token when only the tree's leading chain is trusted (what the decode loop reads: Engine.run_block's plain_rows)."""
     vocab, layers, heads, head_dim, context = 12, 2, 2, 3, 24
     cases = []
     for _ in range(40):
         tree, logits = tree_with_logits(rng, vocab)
         path, bonus = verify_tree(tree, logits, lambda row: int(np.argmax(row)))
+        trusted = leading_chain(tree.parents)
+        trusted_path, trusted_bonus = verify_tree(tree, logits, lambda row: int(np.argmax(row)), trusted)
         width = int(len(tree) + rng.integers(0, 3))
         cache = KVCache(layers, heads, context, head_dim)
         cache.n_past = int(rng.integers(0, context - width))
@@ -167,6 +183,7 @@ def verify_cases(rng: np.random.Generator) -> dict:
             "tokens": tree.tokens.tolist(), "parents": tree.parents.tolist(), "vocab": vocab,
             "logits": f32(logits), "path": path, "next_token": bonus,
             "accepted_tokens": accepted_tokens(tree, path).tolist(),
+            "trusted": trusted, "trusted_path": trusted_path, "trusted_next_token": trusted_bonus,
             "kv": {"layers": layers, "heads": heads, "head_dim": head_dim, "context": context, "width": width,
                    "n_past": start, "n_past_after": cache.n_past,
                    "new_keys": [f32(k) for k in new_keys], "new_values": [f32(v) for v in new_values],

@@ -2,6 +2,7 @@ package org.mtpedge.demo;
 
 import java.io.File;
 import java.nio.FloatBuffer;
+import java.nio.LongBuffer;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
@@ -88,11 +89,13 @@ final class OrtGraphRunner implements GraphRunner {
             feeds.put("inputs_embeds", own(owned, OnnxTensor.createTensor(env, FloatBuffer.wrap(embeds),
                     new long[] {1, width, hidden})));
             feeds.put("attention_bias", own(owned, OnnxTensor.createTensor(env, FloatBuffer.wrap(inputs.attentionBias),
-                    new long[] {1, 1, width, inputs.context + width})));
+                    new long[] {1, 1, width, inputs.context})));
             feeds.put("rope_cos", own(owned, OnnxTensor.createTensor(env, FloatBuffer.wrap(ropeCos),
                     new long[] {1, 1, width, half})));
             feeds.put("rope_sin", own(owned, OnnxTensor.createTensor(env, FloatBuffer.wrap(ropeSin),
                     new long[] {1, 1, width, half})));
+            feeds.put("cache_slots", own(owned, OnnxTensor.createTensor(env, LongBuffer.wrap(inputs.cacheSlots),
+                    new long[] {1, width})));
             if (inputs.loraGate != null) { // a bundle with a multi-token adapter: 1 at its mask slots
                 feeds.put("lora_gate", own(owned, OnnxTensor.createTensor(env, FloatBuffer.wrap(inputs.loraGate),
                         new long[] {1, width})));

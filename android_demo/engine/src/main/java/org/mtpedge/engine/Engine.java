@@ -75,7 +75,9 @@ public final class Engine implements AutoCloseable {
 
     /**
      * One graph call over n slots (embeds: n x hidden, row-major) arranged as a tree rooted at position nPast;
-     * nothing is committed.
+     * nothing is committed. Padding rows (up to the graph's width) see only the column they share, so the block
+     * must leave them a free position; rows past the context's end are run but mean nothing ({@link BlockInputs}).
+     * {@link GraphOutput#plainRows()}: the rows computed as plain decoding computes them.
      */
     public GraphOutput runBlock(float[] embeds, int[] parents) {
         return runBlock(embeds, parents, null);
@@ -109,9 +111,27 @@ public final class Engine implements AutoCloseable {
         float[] padded = Arrays.copyOf(embeds, entry.width * hidden);
         float[][] tables = rope.tables(inputs.positions);
         GraphOutput out = runner.run(entry, padded, inputs, tables[0], tables[1], cache);
+        out.plainRows = Math.min(inputs.rowsInContext, leadingChain(parents));
         graphCalls++;
         graphSeconds += out.seconds;
         return out;
+    }
+
+    /**
+     * How many first nodes form a chain from the root (node i the child of node i - 1): the rows whose keys sit at
+     * the cache columns of their positions, where plain decoding reads them (graph contract v2).
+     */
+    public static int leadingChain(int[] parents) {
+        int n = 1;
+        while (n < parents.length && parents[n] == n - 1) {
+            n++;
+        }
+        return Math.min(n, parents.length);
+    }
+
+    /** Whether a block of n slots runs at the current position with every row inside the context. */
+    public boolean fits(int n) {
+        return BlockInputs.rowsWithColumns(n, cache.nPast(), manifest.entryFor(n).width, context) == n;
     }
 
     /** Embeddings of a tree's nodes: table rows for tokens, drafter-supplied vectors for SLOT nodes (in order). */
@@ -153,7 +173,10 @@ public final class Engine implements AutoCloseable {
         return runBlock(treeEmbeddings(tree, slotEmbeddings), tree.parents(), gate);
     }
 
-    /** Run and commit {@code tokens} after the cache's contents in chunks of the widest graph; last token's logits. */
+    /**
+     * Run and commit {@code tokens} after the cache's contents in chunks of the widest graph (narrower at the
+     * context's end, where padding rows need a free column); the last token's logits.
+     */
     public float[] prefill(int[] tokens) {
         if (tokens.length == 0) {
             throw new IllegalArgumentException("prefill needs at least one token");
@@ -163,10 +186,12 @@ public final class Engine implements AutoCloseable {
                     + " of the bundle's " + context + " context positions are free: shorten the prompt or export "
                     + "with a larger --context");
         }
-        int chunk = manifest.maxWidth();
         float[] logits = null;
-        for (int start = 0; start < tokens.length; start += chunk) {
-            int size = Math.min(chunk, tokens.length - start);
+        for (int start = 0; start < tokens.length; ) {
+            int size = Math.min(manifest.maxWidth(), tokens.length - start);
+            while (size > 1 && !fits(size)) { // at the context's end: leave the padding rows a column
+                size--;
+            }
             int[] chain = new int[size]; // a chain is plain causal attention
             int[] slots = new int[size];
             float[] embeds = new float[size * config.hiddenSize];
@@ -178,6 +203,7 @@ public final class Engine implements AutoCloseable {
             GraphOutput out = runBlock(embeds, chain);
             cache.commitAcceptedKv(out.newKeys, out.newValues, out.width, slots);
             logits = out.logitsRow(size - 1);
+            start += size;
         }
         return logits;
     }

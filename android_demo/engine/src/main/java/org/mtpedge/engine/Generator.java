@@ -99,28 +99,31 @@ public final class Generator {
                     stats.finishReason = "cancelled";
                     break;
                 }
-                Drafter.Proposal proposal = drafter != null
-                        ? drafter.propose(Arrays.copyOf(context, contextSize), root)
-                        : new Drafter.Proposal(DraftTree.single(root), null);
-                DraftTree tree = proposal.tree;
-                if (engine.cache.free() < 1) {
+                if (engine.cache.free() < 1 || !engine.fits(1)) {
                     if (options.onOverflow == OverflowPolicy.STOP) {
                         stats.finishReason = "length";
                         break;
                     }
-                    engine.cache.ensureRoom(1);
+                    engine.cache.ensureRoom(engine.cache.free() + 1);
                 }
-                GraphOutput out = engine.runTree(tree, proposal.slotEmbeddings,
-                        drafter != null && drafter.loraOnSlots());
+                // the last free position: one plain step (a tree's padding rows would find no free cache column)
+                boolean drafting = drafter != null && engine.cache.free() > 1;
+                Drafter.Proposal proposal = drafting
+                        ? drafter.propose(Arrays.copyOf(context, contextSize), root)
+                        : new Drafter.Proposal(DraftTree.single(root), null);
+                DraftTree tree = proposal.tree;
+                GraphOutput out = engine.runTree(tree, proposal.slotEmbeddings, drafting && drafter.loraOnSlots());
                 stats.decodeCalls++;
-                Verifier.Result verified = Verifier.verify(tree, out, sampler);
+                // only rows plain decoding would compute bit for bit are read: the block's leading chain inside the
+                // context
+                Verifier.Result verified = Verifier.verify(tree, out, sampler, out.plainRows());
                 int[] path = Arrays.copyOf(verified.path, Math.min(verified.path.length, engine.cache.free()));
                 root = verified.nextToken;
                 if (path.length < verified.path.length) { // no room for the whole path: the first left out is the root
                     root = tree.token(verified.path[path.length]);
                 }
                 engine.cache.commitAcceptedKv(out.newKeys, out.newValues, out.width, path);
-                if (drafter != null) {
+                if (drafting) {
                     drafter.observe(tree, out, path);
                 }
                 int[] drafts = Verifier.acceptedTokens(tree, path);

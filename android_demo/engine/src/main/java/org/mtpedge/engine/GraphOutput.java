@@ -20,6 +20,11 @@ public final class GraphOutput {
      * a bundle with a multi-token adapter only, else null.
      */
     public final float[] hidden;
+    /**
+     * Rows [0, plainRows) are computed bit for bit as plain decoding computes their tokens: the block's leading
+     * chain inside the context (set by {@link Engine#runBlock}); the decode loop trusts no other row's logits.
+     */
+    int plainRows = Integer.MAX_VALUE;
 
     public GraphOutput(int rows, int vocab, float[] logits, int width, FloatBuffer[] newKeys, FloatBuffer[] newValues,
                        double seconds) {
@@ -44,6 +49,10 @@ public final class GraphOutput {
                     + " rows");
         }
         this.hidden = hidden;
+    }
+
+    public int plainRows() {
+        return plainRows;
     }
 
     public float[] logitsRow(int row) {

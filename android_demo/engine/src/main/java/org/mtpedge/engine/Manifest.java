@@ -21,7 +21,8 @@ import org.mtpedge.engine.json.JsonValues;
  */
 public final class Manifest {
     public static final String FORMAT = "mtpedge-bundle";
-    public static final int VERSION = 1;
+    /** 2: the graphs place the block's K/V at the cache columns cache_slots names (1: after the C columns). */
+    public static final int VERSION = 2;
     public static final String FILE = "manifest.json";
 
     public final String modelName;
@@ -105,7 +106,8 @@ public final class Manifest {
         Object version = data.get("version");
         if (!(version instanceof Long) || (Long) version != VERSION) {
             throw new BundleException("bundle version " + version + " but this app reads version " + VERSION
-                    + ": re-export the model with the matching mtpedge");
+                    + " (graphs with a cache_slots input and an attention bias over the C cache columns): re-export "
+                    + "the model with an mtpedge that writes version " + VERSION);
         }
         try {
             String where = "manifest";

@@ -33,6 +33,15 @@ public final class Verifier {
     }
 
     public static Result verify(DraftTree tree, GraphOutput out, TokenChooser chooser) {
+        return verify(tree, out, chooser, tree.size());
+    }
+
+    /**
+     * As {@link #verify(DraftTree, GraphOutput, TokenChooser)} reading only rows [0, trusted): a matching node
+     * beyond them is not accepted; its token, which a trusted row chose, is returned as the next token, and no
+     * choice is made from its row, so sampling draws exactly as plain decoding does.
+     */
+    public static Result verify(DraftTree tree, GraphOutput out, TokenChooser chooser, int trusted) {
         List<Integer> path = new ArrayList<>();
         path.add(0);
         int node = 0;
@@ -45,7 +54,7 @@ public final class Verifier {
                     break;
                 }
             }
-            if (match < 0) {
+            if (match < 0 || match >= trusted) {
                 int[] result = new int[path.size()];
                 for (int i = 0; i < result.length; i++) {
                     result[i] = path.get(i);

@@ -94,12 +94,13 @@ public class DecodeReplayTest {
         Check.equal(4, result.stats.decodeCalls, "decode calls before cancel");
     }
 
-    /** Records the trees the loop verified (a proposal made just before the context ran out is never run) and the
-     *  paths it accepted, to compare with the trees Python's verifier saw. */
+    /** Records the trees the drafter observes (every step it drafted: not the plain step at the last position) and
+     *  the paths accepted and the rows verified, to compare with what Python's verifier saw on those steps. */
     static final class Spy implements Drafter {
         final Drafter inner;
         final List<DraftTree> trees = new ArrayList<>();
         final List<int[]> paths = new ArrayList<>();
+        final List<Integer> plainRows = new ArrayList<>();
 
         Spy(Drafter inner) {
             this.inner = inner;
@@ -134,6 +135,7 @@ public class DecodeReplayTest {
         public void observe(DraftTree tree, GraphOutput out, int[] path) {
             trees.add(tree);
             paths.add(path.clone());
+            plainRows.add(out.plainRows());
             inner.observe(tree, out, path);
         }
     }
@@ -200,12 +202,24 @@ public class DecodeReplayTest {
         for (Map<String, Object> commit : Golden.cases(recording, "commits")) {
             committed.put(Golden.integer(commit, "call"), Golden.ints(commit, "slots"));
         }
-        if (spy != null) {
+        if (spy != null) { // the drafter observes the steps it drafted: not a plain step at the last position
+            List<Map<String, Object>> verified = trees;
+            trees = new ArrayList<>();
+            for (Map<String, Object> tree : verified) {
+                if (Boolean.TRUE.equals(tree.get("observed"))) {
+                    trees.add(tree);
+                } else {
+                    Check.equal(1, Golden.ints(tree, "parents").length, what + ": a step the drafter did not observe "
+                            + "verified a tree of more than its root");
+                }
+            }
             Check.equal(trees.size(), spy.trees.size(), what + " trees proposed");
             for (int i = 0; i < trees.size(); i++) {
                 DraftTree expected = new DraftTree(Golden.ints(trees.get(i), "tokens"), Golden.ints(trees.get(i),
                         "parents"));
                 Check.equal(expected, spy.trees.get(i), what + " tree of step " + i);
+                Check.equal(Golden.integer(trees.get(i), "trusted"), (int) spy.plainRows.get(i), what + " rows verified of "
+                        + "step " + i + " (the leading chain inside the context)");
                 // the loop commits (and the drafter observes) the accepted path cut to the free positions
                 Check.equal(committed.get(Golden.integer(trees.get(i), "call")), spy.paths.get(i),
                         what + " accepted path of step " + i + " (verifier's full path "

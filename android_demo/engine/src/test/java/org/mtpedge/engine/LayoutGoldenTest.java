@@ -6,7 +6,10 @@ import java.util.Map;
 
 import org.mtpedge.engine.json.JsonValues;
 
-/** Trees -> attention rows, depths, paths and one call's positions / attention bias, as the Python runtime. */
+/**
+ * Trees -> attention rows, depths, paths and one call's positions / cache slots / attention bias (or its refusal
+ * at the end of the context), as the Python runtime.
+ */
 public class LayoutGoldenTest {
     private final Map<String, Object> golden = Golden.load("layout.json");
 
@@ -35,10 +38,13 @@ public class LayoutGoldenTest {
 
     public void testBlockInputsMatchPython() {
         int index = 0;
+        int refused = 0;
+        int cut = 0;
         for (Map<String, Object> c : Golden.cases(golden, "cases")) {
             String what = "case " + index++;
             int[] parents = Golden.ints(c, "parents");
             int context = Golden.integer(c, "context");
+            int nPast = Golden.integer(c, "n_past");
             float mask = (float) Golden.number(c, "mask_value");
             int width = 0;
             for (int w : Golden.ints(c, "widths")) { // the narrowest graph that fits, as GraphSet.entry_for
@@ -47,21 +53,36 @@ public class LayoutGoldenTest {
                     break;
                 }
             }
+            if (Boolean.TRUE.equals(c.get("overflow"))) { // Python refused this block: no room in the context
+                int chosen = width;
+                ContextOverflowException err = Check.throwsError(ContextOverflowException.class,
+                        () -> BlockInputs.build(parents, nPast, chosen, context, mask), what + " at n_past " + nPast);
+                Check.isTrue(err.getMessage().contains("context " + context), err.getMessage());
+                refused++;
+                continue;
+            }
             Check.equal(Golden.integer(c, "width"), width, what + " chosen width");
-            BlockInputs inputs = BlockInputs.build(parents, Golden.integer(c, "n_past"), width, context, mask);
+            BlockInputs inputs = BlockInputs.build(parents, nPast, width, context, mask);
             Check.equal(Golden.longs(c, "positions"), inputs.positions, what + " positions");
+            Check.equal(Golden.integer(c, "plain_rows"), Math.min(inputs.rowsInContext, Engine.leadingChain(parents)),
+                    what + " plain rows (the leading chain inside the context)");
+            Check.equal(Golden.longs(c, "cache_slots"), inputs.cacheSlots, what + " cache slots");
             List<Object> runs = Golden.list(c, "bias_zero_runs");
             Check.equal(width, runs.size(), what + " bias rows");
+            Check.equal(width * context, inputs.attentionBias.length, what + " bias size (W x C)");
             for (int row = 0; row < width; row++) {
                 int[][] expected = Golden.runsOf(runs.get(row));
-                int[][] actual = Golden.zeroRuns(inputs.attentionBias, row, context + width);
+                int[][] actual = Golden.zeroRuns(inputs.attentionBias, row, context);
                 Check.isTrue(Arrays.deepEquals(expected, actual), what + " bias row " + row + ": expected zero runs "
                         + Arrays.deepToString(expected) + ", got " + Arrays.deepToString(actual));
             }
+            cut += inputs.rowsInContext < parents.length ? 1 : 0;
             for (float v : inputs.attentionBias) {
                 Check.isTrue(v == 0f || v == mask, what + ": bias value " + v + " is neither 0 nor the mask value");
             }
         }
+        Check.isTrue(refused > 0 && cut > 0, "the golden cases hold no block refused (" + refused + ") or cut ("
+                + cut + ") at the context's end");
     }
 
     public void testInvalidParentsAreRefusedAsInPython() {

@@ -11,8 +11,8 @@ import org.mtpedge.engine.json.JsonValues;
 
 /**
  * A GraphRunner that replays a decode recorded from the Python runtime on the real model: every call's inputs
- * are checked against the recording (width, n_past, positions, attention bias, embedding rows, and the cache
- * rows committed so far), and the recorded outputs are returned.
+ * are checked against the recording (width, n_past, positions, cache slots, attention bias, embedding rows, and the
+ * cache rows committed so far), and the recorded outputs are returned.
  *
  * <p>Logits: the recorded top-k values, every other token sharing the rest of the row's probability mass (from
  * the recorded log-sum-exp), so argmax and the softmax of the top-k tokens equal the real row's. K/V: synthetic
@@ -58,10 +58,12 @@ final class ReplayRunner implements GraphRunner {
         Check.equal(n, inputs.realSlots, what + " real slots");
         Check.equal(Golden.integer(call, "n_past"), cache.nPast(), what + " n_past");
         Check.equal(Golden.longs(call, "positions"), inputs.positions, what + " positions");
+        Check.equal(Golden.longs(call, "cache_slots"), inputs.cacheSlots, what + " cache slots");
+        Check.equal(width * cache.context, inputs.attentionBias.length, what + " bias size (W x C)");
         List<Object> runs = Golden.list(call, "bias_zero_runs");
         for (int row = 0; row < width; row++) {
             int[][] expected = Golden.runsOf(runs.get(row));
-            int[][] actual = Golden.zeroRuns(inputs.attentionBias, row, inputs.context + width);
+            int[][] actual = Golden.zeroRuns(inputs.attentionBias, row, inputs.context);
             Check.isTrue(Arrays.deepEquals(expected, actual), what + " bias row " + row + ": expected "
                     + Arrays.deepToString(expected) + ", got " + Arrays.deepToString(actual));
         }

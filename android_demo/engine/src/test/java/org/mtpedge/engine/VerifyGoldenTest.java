@@ -7,10 +7,14 @@ import java.util.Map;
 
 import org.mtpedge.engine.json.JsonValues;
 
-/** Model outputs -> accepted path, bonus token and the cache rows a commit writes, as the Python runtime. */
+/**
+ * Model outputs -> accepted path, bonus token (reading all rows, and only the leading chain's) and the cache rows a
+ * commit writes, as the Python runtime.
+ */
 public class VerifyGoldenTest {
     public void testGreedyVerifyAndCommitMatchPython() {
         int index = 0;
+        int stopped = 0; // cases whose path the trusted rows cut short
         for (Map<String, Object> c : Golden.cases(Golden.load("verify.json"), "cases")) {
             String what = "case " + index++;
             DraftTree tree = new DraftTree(Golden.ints(c, "tokens"), Golden.ints(c, "parents"));
@@ -22,6 +26,12 @@ public class VerifyGoldenTest {
             Check.equal(Golden.ints(c, "path"), result.path, what + " path of " + tree);
             Check.equal(Golden.integer(c, "next_token"), result.nextToken, what + " next token");
             Check.equal(Golden.ints(c, "accepted_tokens"), Verifier.acceptedTokens(tree, result.path), what + " drafts");
+            int trusted = Golden.integer(c, "trusted");
+            Check.equal(trusted, Engine.leadingChain(tree.parents()), what + " leading chain of " + tree);
+            Verifier.Result within = Verifier.verify(tree, out, Sampler::argmax, trusted);
+            Check.equal(Golden.ints(c, "trusted_path"), within.path, what + " path reading rows [0, " + trusted + ")");
+            Check.equal(Golden.integer(c, "trusted_next_token"), within.nextToken, what + " next token, trusted rows");
+            stopped += within.path.length < result.path.length ? 1 : 0;
 
             Map<String, Object> kv = Golden.object(c, "kv");
             int layers = Golden.integer(kv, "layers");
@@ -52,6 +62,7 @@ public class VerifyGoldenTest {
                         context, headDim, cache.nPast()), what + " values layer " + l);
             }
         }
+        Check.isTrue(stopped > 0, "no golden case has a path that the trusted rows cut short");
     }
 
     public void testCommitBeyondTheContextIsRefused() {

@@ -245,7 +245,10 @@ public final class TreeBuild {
     /**
      * The best tree of at most {@code budget} nodes (root included) from a candidate pool. Pool nodes repeating a
      * sibling's token are merged (higher score kept); a node's score is capped by its parent's, so the best scores
-     * always form a connected tree. Ties go to the shallower node, then the earlier pool entry. BFS order result.
+     * always form a connected tree. Ties go to the shallower node, then the earlier pool entry. The result holds
+     * the best chain first (the root, then each node's best-scored child), then the other nodes in BFS order
+     * (depth, then score rank): a graph call computes a block's leading chain bit for bit as plain decoding does
+     * (graph contract v2), so the likeliest path is the one verified exactly.
      */
     public static Selection selectTree(Pool pool, int budget) {
         if (budget < 1) {
@@ -280,10 +283,32 @@ public final class TreeBuild {
                 .thenComparingInt(i -> i));
         List<Integer> order = new ArrayList<>(reps.subList(0, Math.min(budget - 1, reps.size())));
         List<Integer> ranked = new ArrayList<>(order);
-        order.sort(Comparator.<Integer>comparingInt(i -> depth[i]).thenComparingInt(ranked::indexOf));
+        order.sort(Comparator.<Integer>comparingInt(i -> depth[i]).thenComparingInt(ranked::indexOf)); // BFS
+        List<Integer> chain = new ArrayList<>();
+        chain.add(0);
+        while (true) { // BFS order lists each node's children best first
+            int last = chain.get(chain.size() - 1);
+            Integer child = null;
+            for (int c : order) {
+                if (merged[pool.parents[c]] == last) {
+                    child = c;
+                    break;
+                }
+            }
+            if (child == null) {
+                break;
+            }
+            chain.add(child);
+        }
         int[] chosen = new int[order.size() + 1];
-        for (int i = 0; i < order.size(); i++) {
-            chosen[i + 1] = order.get(i);
+        int next = 0;
+        for (int c : chain) {
+            chosen[next++] = c;
+        }
+        for (int c : order) {
+            if (!chain.contains(c)) {
+                chosen[next++] = c;
+            }
         }
         Map<Integer, Integer> newIndex = new HashMap<>();
         for (int i = 0; i < chosen.length; i++) {
