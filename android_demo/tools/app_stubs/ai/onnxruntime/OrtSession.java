@@ -1,6 +1,9 @@
 package ai.onnxruntime;
 public class OrtSession implements AutoCloseable {
     public Result run(java.util.Map<String, ? extends OnnxTensorLike> inputs) throws OrtException { return null; }
+    public Result run(java.util.Map<String, ? extends OnnxTensorLike> inputs, java.util.Set<String> requestedOutputs)
+            throws OrtException { return null; }
+    public java.util.Set<String> getOutputNames() throws OrtException { return null; }
     @Override public void close() throws OrtException { }
     public static class SessionOptions implements AutoCloseable {
         public SessionOptions() { }

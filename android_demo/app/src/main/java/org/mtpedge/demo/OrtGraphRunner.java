@@ -5,8 +5,10 @@ import java.nio.FloatBuffer;
 import java.nio.LongBuffer;
 import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 
 import ai.onnxruntime.OnnxTensor;
 import ai.onnxruntime.OnnxValue;
@@ -104,8 +106,16 @@ final class OrtGraphRunner implements GraphRunner {
                 feeds.put("past_key_" + l, own(owned, OnnxTensor.createTensor(env, cache.keys(l), kvShape)));
                 feeds.put("past_value_" + l, own(owned, OnnxTensor.createTensor(env, cache.values(l), kvShape)));
             }
+            // present_key_l / present_value_l (the whole cache with the block's rows) are not fetched: the engine
+            // commits the new rows itself, and copying C positions per layer out of every call would cost more
+            Set<String> wanted = new HashSet<>();
+            for (String name : session.getOutputNames()) {
+                if (!name.startsWith("present_")) {
+                    wanted.add(name);
+                }
+            }
             long started = System.nanoTime();
-            try (OrtSession.Result result = session.run(feeds)) {
+            try (OrtSession.Result result = session.run(feeds, wanted)) {
                 double seconds = (System.nanoTime() - started) / 1e9;
                 int n = inputs.realSlots;
                 int vocab = config.vocabSize;
