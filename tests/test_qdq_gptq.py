@@ -92,6 +92,8 @@ def test_smoothing_keeps_the_float_graph_and_flattens_the_norm_outputs(tiny_bund
     rng = np.random.default_rng(0)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     feeds = [{i.name: rng.normal(0, 0.5, i.shape).astype(np.float32) for i in session.get_inputs()} for _ in range(2)]
+    for call in feeds:  # the rows at cache columns 0 .. 7 (contract: distinct int64 columns)
+        call["cache_slots"] = np.arange(entry.width, dtype=np.int64)[None]
     for call in feeds:
         call["inputs_embeds"][..., 3] *= 40  # one outlier channel, as real models have
     norms = smoothable_norms(model, [])

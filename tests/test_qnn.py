@@ -53,7 +53,7 @@ def test_rms_norm_fusion_keeps_the_float_graph(tiny_bundle, arch):
     rng = np.random.default_rng(0)
     reference = ort.InferenceSession(str(bundle / entry.file), providers=["CPUExecutionProvider"])
     fused = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    feeds = {i.name: rng.normal(0, 0.5, i.shape).astype(np.float32) for i in reference.get_inputs()}
+    feeds = random_feeds(entry, rng, scale=0.5)
     for want, got in zip(reference.run(None, feeds), fused.run(None, feeds), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
@@ -102,9 +102,9 @@ def test_smoothing_goes_into_every_width_and_keeps_the_models_answers(tiny_bundl
         assert corr[1] > corr[0] - 0.02, entry.name
 
 
-def random_feeds(entry, rng) -> dict[str, np.ndarray]:
+def random_feeds(entry, rng, scale: float = 0.3) -> dict[str, np.ndarray]:
     """Random activations and cache, every column visible, the rows at cache columns 0 .. N - 1."""
-    feeds = {name: rng.normal(0, 0.3, shape).astype(np.float32) for name, shape in entry.inputs.items()}
+    feeds = {name: rng.normal(0, scale, shape).astype(np.float32) for name, shape in entry.inputs.items()}
     feeds["attention_bias"][:] = 0.0
     feeds[CACHE_SLOTS] = np.arange(entry.width, dtype=np.int64)[None]
     return feeds
