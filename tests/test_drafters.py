@@ -204,3 +204,19 @@ def test_corrupt_template_is_refused(tiny_bundle, tmp_path):
     (folder / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(BundleError, match="position offsets differ"):
         Engine.load(folder)
+
+
+@pytest.mark.parametrize("name", ["lookup", "hybrid"])
+def test_drafting_up_to_the_last_context_position_equals_plain_decoding(engines, name):
+    """Near the end of the context a tree's rows run out of cache columns: rows past the end share the padding
+    column and are not read, the last free position is a plain step, and the run stops where plain decoding does."""
+    engine = engines["llama"]
+    context = engine.context
+    for seed, prompt in enumerate(fuzzed_prompts(engine, 4, seed=21)):
+        long_prompt = (prompt * (context // len(prompt) + 1))[: context - 30 + seed]  # repeats: lookup matches
+        plain = generate(engine, long_prompt, 64, stop_token_ids=set(), on_overflow="stop")
+        drafted = generate(engine, long_prompt, 64, stop_token_ids=set(), on_overflow="stop",
+                           drafter=make_drafter(name, engine))
+        assert drafted.token_ids == plain.token_ids
+        assert drafted.stats.finish_reason == plain.stats.finish_reason == "length"
+        assert engine.cache.n_past == context
