@@ -76,7 +76,7 @@ def test_top_k_is_the_teachers_distribution(tiny, reference):
     empty = [torch.zeros(1, cfg.num_kv_heads, 0, cfg.head_dim)] * (2 * cfg.num_layers)
     with torch.no_grad():
         logits = tiny.decoder(tiny.decoder.model.embed_tokens(tokens)[None], torch.from_numpy(causal_bias(len(tokens))),
-                              torch.from_numpy(cos), torch.from_numpy(sin), *empty)[0][0]
+                              torch.from_numpy(cos), torch.from_numpy(sin), None, *empty)[0][0]
     probs = torch.softmax(logits[len(sample.prompt_ids) - 1: -1], dim=-1)  # the positions that chose each answer token
     top_probs, top_ids = torch.topk(probs, 5, dim=-1)
     assert answer.topk_ids.shape == (24, 5) and answer.topk_ids.dtype == np.int32

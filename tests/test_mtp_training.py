@@ -58,7 +58,7 @@ def test_gate_zero_is_the_base_model_exactly(tiny_decoder):
     bias, (cos, sin) = torch.from_numpy(causal_bias(t)), _rope(tiny_decoder, np.arange(t))
     embeds = tiny_decoder.model.embed_tokens(tokens)[None].detach()
     with torch.no_grad():
-        base_logits = tiny_decoder(embeds, bias, cos, sin, *_empty_past(tiny_decoder))[0]
+        base_logits = tiny_decoder(embeds, bias, cos, sin, None, *_empty_past(tiny_decoder))[0]
         adapter = MtpAdapter(tiny_decoder, MtpConfig(k=2, rank=4))
         for module in adapter.lora.values():  # a trained-looking LoRA, so that a leak would show
             module.lora_B.normal_()
