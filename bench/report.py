@@ -128,6 +128,15 @@ def _turns(settings: dict) -> str:
     return "every turn" if turns == "all" else f"the first {turns} turn(s) of each question"
 
 
+def _row_probe_line(machine: dict) -> list[str]:
+    probe = machine.get("rows_width_invariant")
+    if not probe or probe["invariant"]:
+        return []
+    return [f"On this machine the bundle's wide calls compute a chain's rows otherwise than width-1 calls (largest "
+            f"difference by width: {probe['max_diff']}; runtime/row_probe.py): drafted turns need not equal plain "
+            "decoding's, and mtpedge's default here is plain decoding."]
+
+
 def markdown(doc: dict) -> str:
     s, m = doc["settings"], doc["machine"]
     planned = s.get("questions_planned", s["questions_run"])
@@ -139,7 +148,7 @@ def markdown(doc: dict) -> str:
            "(order rotated). Process peak RSS is of the one process that holds every in-process method at once.",
            f"Machine: {m['cpu_model']}, {m['usable_cores']} cores ({', '.join(m['cpu_flags'])}), "
            f"{m['memory_gib']} GiB; load average {m['load_average_at_start']} at start, "
-           f"{m.get('load_average_at_end')} at end. {doc['timing_note']}", "",
+           f"{m.get('load_average_at_end')} at end. {doc['timing_note']}", *_row_probe_line(m), "",
            "## All questions", "", *method_table(doc), "",
            "## Per category (τ, speed-up vs none, mean tokens/s, vs llama.cpp)", "", *category_table(doc), "",
            "## Drafts accepted per decode call", "", *acceptance_table(doc), ""]

@@ -174,6 +174,13 @@ def bench_document(settings: BenchSettings, engine: Engine, methods: Sequence[Me
     if statuses is None:
         statuses = [{"name": m.name, "kind": m.kind, "status": "ran"} for m in methods]
     machine = describe_machine()
+    # whether drafted turns can equal plain decoding's here at all (runtime/row_probe.py): the "same as plain"
+    # column reads differently where this machine's kernels compute a wide call's rows otherwise
+    from mtpedge.runtime.row_probe import row_probe_for
+
+    probe = row_probe_for(engine, settings.cost_cache, say=say)
+    machine["rows_width_invariant"] = {"invariant": probe.invariant, "max_diff": probe.max_diff}
+    say(probe.describe())
     questions, selection = select(settings)
     say(f"{len(questions)} questions x {len(methods)} methods: {', '.join(m.name for m in methods)}")
     monitor = RssMonitor()

@@ -65,9 +65,9 @@ def add_common_arguments(parser: argparse.ArgumentParser, max_new_tokens: int | 
                         help=COST_MODEL_HELP)
     parser.add_argument("--drafter", type=drafter_spec, default=None, metavar="SPEC",
                         help=f"multi-token drafter and its options, NAME[:KEY=VALUE]... (NAME: "
-                             f"{', '.join(drafter_names())}; default: {DEFAULT_DRAFTER} on float32 bundles, where it "
-                             "was the fastest lossless one, and none (plain decoding) on quantized ones, whose wide "
-                             "calls do not compute a row as plain decoding does); e.g. "
+                             f"{', '.join(drafter_names())}; default: {DEFAULT_DRAFTER}, the fastest lossless one, "
+                             "where the bundle's wide calls compute a drafted chain's rows as plain decoding does on "
+                             "this machine (probed once), else none = plain decoding); e.g. "
                              "hybrid:width=32. `mtpedge drafters` lists the options. mtp needs a bundle with a trained "
                              "adapter; dmtd-spec / dmtd a DMTD bundle (`mtpedge train-dmtd --export-bundle`); dmtd is "
                              "LOSSY (its tokens are not verified)")
@@ -122,9 +122,32 @@ def bundle_for_drafter(args: argparse.Namespace, say=print) -> Path:
     named = args.drafter.name if args.drafter is not None else None
     folder = ensure_bundle(args.bundle, args.model, args.context or DEFAULT_CONTEXT, say=say,
                            mtp=named == "mtp", dmtd=named in DMTD_DRAFTERS, precision=args.precision)
+    args.drafter_defaulted = args.drafter is None
     if args.drafter is None:
         args.drafter = parse_drafter(default_drafter(read_manifest(folder)))
     return folder
+
+
+def settle_drafter(args: argparse.Namespace, engine, say=print) -> None:
+    """Where this machine's kernels compute a wide call's rows otherwise than a width-1 call (runtime/row_probe.py,
+    probed once per bundle and machine), a defaulted drafter becomes plain decoding, which is lossless by
+    definition, and a named one is kept with a warning."""
+    from mtpedge.bundles import cache_root
+    from mtpedge.runtime.drafters import NONE, parse_drafter
+    from mtpedge.runtime.row_probe import row_probe_for
+
+    if args.drafter.name == NONE or getattr(args, "device", "cpu") == "qnn":  # QNN: default_drafter decided
+        return
+    probe = row_probe_for(engine, cache_root() / "costs", say=say)
+    if probe.invariant:
+        return
+    if getattr(args, "drafter_defaulted", False):
+        say(f"{probe.describe()}: decoding plainly (a default must be lossless; --drafter {args.drafter} drafts "
+            "anyway)")
+        args.drafter = parse_drafter(NONE)
+    else:
+        print(f"warning: {probe.describe()}: {args.drafter}'s answer may differ from plain decoding's "
+              "(--precision float32 for token-identical drafting)", file=sys.stderr)
 
 
 def load_engine(args: argparse.Namespace, say=print, cost_table: bool = False):
@@ -141,6 +164,7 @@ def load_engine(args: argparse.Namespace, say=print, cost_table: bool = False):
     if args.drafter.name in DRAFTERS and DRAFTERS[args.drafter.name].lossy:
         print(f"warning: {LOSSY_WARNING.format(name=args.drafter.name)}", file=sys.stderr)
     engine = Engine.load(folder, threads=args.threads, providers=providers_for(args))
+    settle_drafter(args, engine, say)
     if cost_table or (args.drafter.name in DRAFTERS and DRAFTERS[args.drafter.name].sized):
         # the HTP simulator takes seconds a call: timing it says nothing about a phone, whose widths cost about
         # the same (a profile's cost file says how much)

@@ -21,7 +21,7 @@ import signal
 import sys
 
 from mtpedge.bundles import COST_MODEL_HELP, attach_cost_table
-from mtpedge.generate_cmd import add_precision_argument, bundle_for_drafter, drafter_spec
+from mtpedge.generate_cmd import add_precision_argument, bundle_for_drafter, drafter_spec, settle_drafter
 from mtpedge.runtime.drafters import DEFAULT_DRAFTER
 from mtpedge.runtime.sampling import DEFAULT_TEMPERATURE
 
@@ -73,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--max-queue must be >= 1, got {args.max_queue}")
     check_bind(args.host, args.api_key)  # before the model loads
     engine = Engine.load(bundle_for_drafter(args), threads=args.threads)
+    settle_drafter(args, engine)
     attach_cost_table(engine, args.cost_model)  # a request may name any drafter: measured (or read) once here
     drafter = make_drafter(args.drafter, engine)  # refuse now, not at the first request, what the bundle cannot run
     if drafter is not None and drafter.lossy:

@@ -12,6 +12,7 @@ because MatMulNBits with float zero points is 10x slower on CPU (environment.md)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,6 +76,17 @@ class BlockWeights:
         offsets = None if self.offsets is None else np.repeat(self.offsets, parts, axis=1)
         return BlockWeights(self.codes, np.repeat(self.scales, parts, axis=1), offsets, self.bits, block_size,
                             f"{self.source}/b{block_size}")
+
+    @staticmethod
+    def side_by_side(parts: Sequence[BlockWeights]) -> BlockWeights:
+        """Matrices of one input (same K, bits and blocks) as one: their outputs stacked, in order."""
+        first = parts[0]
+        if any((p.shape[1], p.bits, p.block_size, p.offsets is None) != (first.shape[1], first.bits,
+               first.block_size, first.offsets is None) for p in parts):
+            raise ValueError("only matrices with the same inputs, bits, blocks and minima can stand side by side")
+        offsets = None if first.offsets is None else np.concatenate([p.offsets for p in parts])
+        return BlockWeights(np.concatenate([p.codes for p in parts]), np.concatenate([p.scales for p in parts]),
+                            offsets, first.bits, first.block_size, "+".join(sorted({p.source for p in parts})))
 
     @property
     def nbytes(self) -> int:

@@ -163,7 +163,9 @@ def quantize_graph(src_file: Path, source: WeightSource, weights_file: SharedWei
     model = onnx.load(str(src_file), load_external_data=False)
     folder = src_file.parent
     rewriter = MatMulRewriter(model)
-    replaced = 0
+    # MatMuls of one input whose blocks run on one kernel become one MatMulNBits (matmul_nbits.py): grouped by
+    # (input, K, bits, block, accuracy level, minima or not), in graph order
+    groups: dict[tuple, list[tuple[onnx.NodeProto, BlockWeights]]] = {}
     for matmul in weight_matmuls(model):
         init = next(t for t in model.graph.initializer if t.name == matmul.weight_name)
         weights = source.weights_for(_read_external(init, folder), matmul.is_output_layer)
@@ -171,8 +173,13 @@ def quantize_graph(src_file: Path, source: WeightSource, weights_file: SharedWei
             is_8bit = weights.bits == 8
             if not is_8bit and source.config.is_fine(matmul.node.name) and weights.block_size > FINE_BLOCK:
                 weights = weights.split_blocks(FINE_BLOCK)
-            rewriter.replace(matmul.node, weights, 4 if is_8bit else source.config.level_for(matmul.node.name))
-            replaced += 1
+            level = 4 if is_8bit else source.config.level_for(matmul.node.name)
+            key = (matmul.node.input[0], weights.shape[1], weights.bits, weights.block_size, level,
+                   weights.offsets is None)
+            groups.setdefault(key, []).append((matmul.node, weights))
+    for key, members in groups.items():
+        rewriter.replace_side_by_side([node for node, _ in members], [w for _, w in members], accuracy_level=key[4])
+    replaced = sum(len(members) for members in groups.values())
     rewriter.finish()
     for tensor in model.graph.initializer:  # what stays float comes along into the new weights file
         if tensor.data_location == onnx.TensorProto.EXTERNAL:

@@ -48,10 +48,11 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
-def cache_file(engine: Engine, cache_dir: Path) -> Path:
+def cache_file(engine: Engine, cache_dir: Path, suffix: str = ".json") -> Path:
+    """Where a measurement of this bundle on this machine is cached (cost tables; `.rows.json`: row_probe.py)."""
     bundle = hashlib.sha256((engine.folder / MANIFEST).read_bytes()).hexdigest()[:16]
     machine = hashlib.sha256(machine_description(engine).encode()).hexdigest()[:12]
-    return cache_dir / f"{bundle}-{machine}.json"
+    return cache_dir / f"{bundle}-{machine}{suffix}"
 
 
 def measure_cost_table(engine: Engine, repeats: int = REPEATS, warmup: int = WARMUP) -> CostTable:

@@ -12,6 +12,7 @@ from mtpedge.bench.questions import SPEC_BENCH, load_questions
 from mtpedge.runtime.drafters import make_drafter
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import accepted_drafts, generate
+from mtpedge.runtime.row_probe import probe_rows
 
 CATEGORIES = ("coding", "math_reasoning", "summarization", "qa")
 
@@ -25,8 +26,13 @@ def one_question_per_category() -> list[str]:
 def test_drafters_are_lossless_on_smollm2(bundle, request):
     """On the float32 graphs and on the fast bundle (int8 activations): the verifier reads only a block's leading
     chain, computed bit for bit as plain decoding computes it (runtime/contract.py), so every drafter's tokens are
-    plain decoding's, whatever the arithmetic's rounding."""
+    plain decoding's, whatever the arithmetic's rounding, where this CPU's kernels compute a chain's rows alike at
+    every width (the row probe: the fast bundle on AVX-512 VNNI, not on AVX2, where its default decodes plainly)."""
     engine = Engine.load(request.getfixturevalue(bundle))
+    probe = probe_rows(engine)
+    if bundle == "smollm2_bundle" and not probe.invariant:
+        pytest.skip(f"{probe.describe()}; the default drafter decodes plainly here (tests/test_row_probe.py)")
+    assert probe.invariant
     drafters = {
         "esp-mean": make_drafter("esp", engine, mask_init="mean"),
         "esp-soft-dynamic": make_drafter("esp", engine, mask_init="soft", tree="dynamic"),

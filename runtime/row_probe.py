@@ -1,0 +1,109 @@
+"""Does this bundle, on this machine, compute a drafted chain's rows bit for bit as plain decoding does?
+
+Lossless drafting rests on it (runtime/contract.py): the verifier reads only a block's leading chain, whose rows
+must be exactly the rows plain decoding's width-1 calls would compute. Whether they are depends on the kernels
+onnxruntime picks for this CPU, not on the bundle alone. MLAS's int8-activation `MatMulNBits` computes a row alike
+at every width on AVX-512 VNNI, but on an AVX2-only CPU it sends one-row 4-bit products with 32- or 64-input
+blocks to a one-row kernel of their own (16-input blocks and 8-bit weights stay on one kernel): the fast bundle's
+root rows then differ by ~0.7 in logits between widths (benchmarks/results/fast/README.md, section 13). So the
+property is probed once per bundle and machine, in about a second, and cached beside the cost tables:
+
+    probe = row_probe_for(engine, cache_dir)     # cached, or measured now
+    probe.invariant                               # False: decode plainly by default, warn when a drafter is named
+
+The probe runs a chain of tokens through every decode graph wider than 1 and compares each row (logits and new
+keys) with the width-1 calls of plain decoding from the same cache. A probe that finds no difference does not
+prove the property for every input; a kernel that sums differently shows up on every row (0 of 12 steps were
+bit-identical on AVX2), which is what the probe is for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .cost_measure import cache_file, machine_description
+from .cost_table import decode_widths
+from .engine import Engine
+
+PROBE_FORMAT = "mtpedge-row-probe"
+PROBE_VERSION = 1
+PREFIX = 24  # cached positions the probe's chains attend to
+
+
+@dataclass(frozen=True)
+class RowProbe:
+    """max_diff: per decode width, the largest |difference| between a chain row and plain decoding's row."""
+
+    max_diff: dict[int, float]
+    device: str
+
+    @property
+    def invariant(self) -> bool:
+        return all(d == 0.0 for d in self.max_diff.values())
+
+    def describe(self) -> str:
+        if self.invariant:
+            return f"wide calls compute a chain's rows as width-1 calls do on {self.device}"
+        worst = max(self.max_diff, key=self.max_diff.get)
+        return (f"on {self.device} this bundle's graphs compute a wide call's rows differently from a width-1 call "
+                f"(width {worst}: logits or keys up to {self.max_diff[worst]:.2g} apart; the CPU's kernels, e.g. "
+                "MLAS's one-row int8 kernel on AVX2), so drafting is not token-identical to plain decoding here")
+
+
+def probe_rows(engine: Engine) -> RowProbe:
+    """Compare every decode width's chain rows with plain decoding's; the engine is left reset."""
+    calls, seconds = engine.graph_calls, engine.graph_seconds
+    vocab = engine.config.vocab_size
+    prefix = (np.arange(PREFIX, dtype=np.int64) * 7919 + 11) % vocab  # fixed, arbitrary token ids
+    diffs = {}
+    try:
+        for width in (w for w in decode_widths(engine.manifest) if w > 1):
+            chain = (np.arange(width, dtype=np.int64) * 104729 + 3) % vocab
+            engine.reset()
+            engine.prefill(prefix)
+            plain = []
+            for token in chain:
+                out = engine.run_block(engine.embed(np.array([token])), np.array([-1]))
+                engine.cache.commit_accepted_kv(out.new_keys, out.new_values, [0])
+                plain.append((out.logits[0].copy(), [k[:, :, 0].copy() for k in out.new_keys]))
+            engine.cache.truncate(PREFIX)
+            wide = engine.run_block(engine.embed(chain), np.arange(-1, width - 1))
+            rows = min(width, wide.plain_rows)
+            diffs[width] = max(max(float(np.abs(wide.logits[i] - logits).max()),
+                                   max(float(np.abs(k[:, :, i] - key).max()) for k, key in zip(wide.new_keys, keys,
+                                                                                               strict=True)))
+                               for i, (logits, keys) in enumerate(plain[:rows]))
+    finally:
+        engine.reset()
+        engine.graph_calls, engine.graph_seconds = calls, seconds
+    return RowProbe(diffs, machine_description(engine))
+
+
+def row_probe_for(engine: Engine, cache_dir: Path | None, refresh: bool = False,
+                  say: Callable[[str], None] = print) -> RowProbe:
+    """The cached probe of this bundle on this machine, or a new one (saved when the folder allows)."""
+    path = cache_file(engine, cache_dir, ".rows.json") if cache_dir is not None else None
+    if path is not None and path.is_file() and not refresh:
+        try:
+            data = json.loads(path.read_text())
+            if data.get("format") == PROBE_FORMAT and data.get("version") == PROBE_VERSION:
+                return RowProbe({int(w): float(d) for w, d in data["max_diff"].items()}, str(data["device"]))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass
+        say(f"the cached row probe {path} is unreadable: probing again")
+    probe = probe_rows(engine)
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
+            tmp.write_text(json.dumps({"format": PROBE_FORMAT, "version": PROBE_VERSION, **asdict(probe)}))
+            os.replace(tmp, path)
+        except OSError as err:
+            say(f"cannot save the row probe in {cache_dir} ({err.strerror or err}): probed in memory for this run")
+    return probe
