@@ -12,10 +12,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import asdict
 from pathlib import Path
 
 from mtpedge.runtime.bundle import BUNDLE_VERSION, MANIFEST, read_manifest
-from mtpedge.runtime.contract import FUSED_OPS
 
 PRECISIONS = ("auto", "float32")
 # the fast bundle's smaller context buckets (those below its context): a conversation that fits 256 or 512
@@ -85,7 +85,7 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
     stale = cached and _other_version(folder)
     if cached and not stale and (mtp or (dmtd and not _predates_shipped_dmtd(folder))
                    or (not dmtd and not (model is None and _lacks_shipped_masks(folder))
-                       and not (fast and _fused_ops_differ(folder)))):
+                       and not (fast and _recipe_differs(folder)))):
         return folder
     try:
         from mtpedge.export.bundle_writer import ExportConfig, export_bundle
@@ -100,9 +100,9 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
         if stale:
             say(f"the cached bundle {folder} was exported by another version of mtpedge (its graphs take other "
                 "inputs): re-exporting it")
-        elif fast and _fused_ops_differ(folder):
-            say(f"the cached bundle {folder} uses other CPU operators than the fast recipe's (fused or not): "
-                "re-exporting it")
+        elif fast and _recipe_differs(folder):
+            say(f"the cached bundle {folder} was made by another fast recipe than this mtpedge's (its manifest's "
+                "quantization config differs): re-exporting it")
         else:
             shipped = "DMTD model" if dmtd else "learned masks"
             say(f"the cached bundle {folder} predates the {shipped} shipped for the default model: re-exporting it")
@@ -137,12 +137,16 @@ def _other_version(folder: Path) -> bool:
         return True
 
 
-def _fused_ops_differ(folder: Path) -> bool:
-    """A fast bundle whose graphs do (not) use onnxruntime's fused CPU operators (export/fused_ops.py) where the
-    fast recipe does not (does): graphs with and without them once shared the folder's label. The recipe's choice
-    is read from FAST_LABEL (QuantConfig.label ends in -fused when it fuses), not from the export side, which a
-    runtime-only install lacks."""
-    return bool(read_manifest(folder).extras.get(FUSED_OPS)) != FAST_LABEL.endswith("-fused")
+def _recipe_differs(folder: Path) -> bool:
+    """A cached fast bundle whose recorded quantization config (manifest extras) is not this mtpedge's fast recipe
+    (export.quantize_bundle.FAST): recipes that differ in operators or graph layout share the folder's label. A
+    runtime-only install cannot re-export, so there it keeps the cached bundle."""
+    try:
+        from mtpedge.export.quantize_bundle import FAST
+    except ImportError:
+        return False
+    recorded = (read_manifest(folder).extras.get("quantization") or {}).get("config")
+    return recorded != json.loads(json.dumps(asdict(FAST)))
 
 
 def _predates_shipped_dmtd(folder: Path) -> bool:

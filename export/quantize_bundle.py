@@ -54,6 +54,9 @@ class QuantConfig:
     # trace the graphs onto onnxruntime's fused CPU ops first (export/fused_ops.py): a leaner call, but with the
     # int8 activations of FAST it lost top-1 agreement (benchmarks/results/fast/README.md, section 10)
     fused_ops: bool = False
+    # MatMuls of one input (q/k/v, gate/up) as one MatMulNBits side by side (matmul_nbits.py): the same outputs bit
+    # for bit, one kernel call instead of three (plain decoding 1.06x at 1 thread, results/fast section 13)
+    side_by_side: bool = True
     quality_report: bool = True
 
     def __post_init__(self) -> None:
@@ -164,7 +167,7 @@ def quantize_graph(src_file: Path, source: WeightSource, weights_file: SharedWei
     folder = src_file.parent
     rewriter = MatMulRewriter(model)
     # MatMuls of one input whose blocks run on one kernel become one MatMulNBits (matmul_nbits.py): grouped by
-    # (input, K, bits, block, accuracy level, minima or not), in graph order
+    # input, K, bits, block, accuracy level and minima, in graph order
     groups: dict[tuple, list[tuple[onnx.NodeProto, BlockWeights]]] = {}
     for matmul in weight_matmuls(model):
         init = next(t for t in model.graph.initializer if t.name == matmul.weight_name)
@@ -174,11 +177,11 @@ def quantize_graph(src_file: Path, source: WeightSource, weights_file: SharedWei
             if not is_8bit and source.config.is_fine(matmul.node.name) and weights.block_size > FINE_BLOCK:
                 weights = weights.split_blocks(FINE_BLOCK)
             level = 4 if is_8bit else source.config.level_for(matmul.node.name)
-            key = (matmul.node.input[0], weights.shape[1], weights.bits, weights.block_size, level,
-                   weights.offsets is None)
+            shared = matmul.node.input[0] if source.config.side_by_side else matmul.node.output[0]
+            key = (level, shared, weights.shape[1], weights.bits, weights.block_size, weights.offsets is None)
             groups.setdefault(key, []).append((matmul.node, weights))
-    for key, members in groups.items():
-        rewriter.replace_side_by_side([node for node, _ in members], [w for _, w in members], accuracy_level=key[4])
+    for (level, *_), members in groups.items():
+        rewriter.replace_side_by_side([node for node, _ in members], [w for _, w in members], level)
     replaced = sum(len(members) for members in groups.values())
     rewriter.finish()
     for tensor in model.graph.initializer:  # what stays float comes along into the new weights file

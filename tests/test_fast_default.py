@@ -37,7 +37,7 @@ def test_without_a_bundle_a_gguf_model_gets_the_fast_bundle_and_float32_is_one_f
     exported = []
     monkeypatch.setattr(writer, "export_bundle", _fake_export(exported))
     monkeypatch.setattr(bundles, "_lacks_shipped_masks", lambda folder: False)
-    monkeypatch.setattr(bundles, "_fused_ops_differ", lambda folder: False)
+    monkeypatch.setattr(bundles, "_recipe_differs", lambda folder: False)
     fast = bundles.ensure_bundle(None, None, 1024, say=lambda _: None)
     assert fast.name == f"SmolLM2-135M-Instruct-cl1024-{bundles.FAST_LABEL}"
     assert exported == [(None, fast.name, FAST, None)]

@@ -100,7 +100,10 @@ def test_quantized_exports_asked_to_fuse_do_and_float32_exports_keep_standard_op
                 } - {"", "ai.onnx"}
 
 
-def test_a_cached_fast_bundle_with_other_operators_than_the_fast_recipe_is_re_exported(tmp_path, monkeypatch):
+def test_a_cached_fast_bundle_of_another_recipe_is_re_exported(tmp_path, monkeypatch):
+    """Recipes that differ in operators (fused or not) or in graph layout (MatMuls side by side or not) share the
+    cache folder's label: the quantization config the manifest records decides."""
+    from dataclasses import asdict, replace
     from types import SimpleNamespace
 
     import mtpedge.bundles as bundles
@@ -115,11 +118,16 @@ def test_a_cached_fast_bundle_with_other_operators_than_the_fast_recipe_is_re_ex
     folder = bundles.default_bundle_dir(None, 1024, bundles.FAST_LABEL)
     folder.mkdir(parents=True)
     assert not FAST.fused_ops  # the fast recipe traces standard operators (quality: results/fast section 10)
-    # a bundle exported while the recipe fused its operators, under the same label
-    (folder / "manifest.json").write_text(json.dumps({"version": BUNDLE_VERSION,
-                                                      "extras": {FUSED_OPS: {"rotary": 60}}}))
+
+    def cached(config) -> None:
+        extras = {"quantization": {"config": json.loads(json.dumps(asdict(config)))}}
+        (folder / "manifest.json").write_text(json.dumps({"version": BUNDLE_VERSION, "extras": extras}))
+
     said = []
-    assert bundles.ensure_bundle(None, None, 1024, say=said.append) == folder
-    assert exported == [folder] and "other CPU operators than the fast recipe's" in said[0]
-    (folder / "manifest.json").write_text(json.dumps({"version": BUNDLE_VERSION, "extras": {}}))
-    assert bundles.ensure_bundle(None, None, 1024, say=said.append) == folder and exported == [folder]  # reused
+    for other in (replace(FAST, fused_ops=True), replace(FAST, side_by_side=False)):
+        cached(other)
+        assert bundles.ensure_bundle(None, None, 1024, say=said.append) == folder
+        assert "another fast recipe" in said[-2]
+    assert exported == [folder, folder]
+    cached(FAST)
+    assert bundles.ensure_bundle(None, None, 1024, say=said.append) == folder and len(exported) == 2  # reused

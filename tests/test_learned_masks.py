@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -132,8 +133,8 @@ def _fake_default_bundle(folder, masks_file: str | None, source_sha256: str) -> 
     folder.mkdir(parents=True, exist_ok=True)
     from mtpedge.export.quantize_bundle import FAST
 
-    operators = {"fused_ops": {"rotary": 60}} if FAST.fused_ops else {}  # as the fast recipe traces its graphs
-    extras = {**operators, **({"mtp": {"masks_file": masks_file}} if masks_file else {})}
+    recipe = {"quantization": {"config": json.loads(json.dumps(asdict(FAST)))}}  # as the fast recipe records it
+    extras = {**recipe, **({"mtp": {"masks_file": masks_file}} if masks_file else {})}
     (folder / "manifest.json").write_text(json.dumps({"version": BUNDLE_VERSION, "extras": extras,
                                                           "source_sha256": source_sha256}))
 
