@@ -32,6 +32,7 @@ MIXES = {  # name: (float-activation roles, fine-block roles)
     "mlp0": (("down_proj", "gate_proj", "up_proj"), ()),
     "attn0": (("q_proj", "k_proj", "v_proj", "o_proj"), ()),
     "down16": ((), ("down_proj",)),
+    "down16-head16": ((), ("down_proj", "lm_head")),
     "all16": ((), ALL),
 }
 

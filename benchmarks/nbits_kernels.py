@@ -8,6 +8,7 @@ SmolLM2's two MLP shapes (576 -> 1536: gate/up; 1536 -> 576: down), one random Q
   a0-b32+min   float activations (accuracy level 0), as the fast bundle's down_proj has had
   a4-fzp       the minimum folded into a float zero point (zp = -m/d): onnxruntime takes its unpacked path
   float        a plain float32 MatMul of the dequantized grid
+  q8-b32, q8-b16  a Q8_0 grid (the output layer's) at int8 activations, in its 32-input blocks and split in two
 Calls of every variant and width are interleaved; prints the median microseconds of each and the largest
 |difference| between row 0 of a wider call and the one-row call (0: bit for bit).
 """
@@ -67,9 +68,12 @@ def variants(k: int, n: int) -> dict[str, onnx.ModelProto]:
     rows = quants.quantize(np.random.default_rng(0).normal(0, 0.05, (n, k)).astype(np.float32),
                            GGMLQuantizationType.Q4_1)
     grid = decompose(rows, GGMLQuantizationType.Q4_1)[0]
+    q8 = decompose(quants.quantize(np.random.default_rng(2).normal(0, 0.05, (n, k)).astype(np.float32),
+                                   GGMLQuantizationType.Q8_0), GGMLQuantizationType.Q8_0)[0]
     return {"a4-b32+min": _nbits(grid, 4), "a4-b16+min": _nbits(grid.split_blocks(16), 4),
             "a0-b32+min": _nbits(grid, 0), "a4-fzp": _float_zero_point(grid),
-            "float": _matmul_model(k, n, np.ascontiguousarray(grid.dequantize().T))}
+            "float": _matmul_model(k, n, np.ascontiguousarray(grid.dequantize().T)),
+            "q8-b32": _nbits(q8, 4), "q8-b16": _nbits(q8.split_blocks(16), 4)}
 
 
 def main() -> None:

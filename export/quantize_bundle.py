@@ -47,9 +47,10 @@ class QuantConfig:
     # MatMuls whose node name contains one of these (e.g. "down_proj") keep float activations (level 0) whatever
     # accuracy_level says: where int8 activations cost the most top-1 agreement
     float_activation_roles: tuple[str, ...] = ()
-    # MatMuls whose node name contains one of these keep int8 activations but in blocks of FINE_BLOCK inputs (the
-    # grid's blocks split, the weights unchanged): MLAS quantizes activations per weight block, so this is the
-    # cheap way to make their activations more exact; unlike level 0 it computes a row alike at every width
+    # MatMuls whose node name contains one of these (4- or 8-bit, e.g. "lm_head") keep int8 activations but in
+    # blocks of FINE_BLOCK inputs (the grid's blocks split, the weights unchanged): MLAS quantizes activations per
+    # weight block, so this is the cheap way to make their activations more exact; unlike level 0 it computes a
+    # row alike at every width
     fine_activation_roles: tuple[str, ...] = ()
     # trace the graphs onto onnxruntime's fused CPU ops first (export/fused_ops.py): a leaner call, but with the
     # int8 activations of FAST it lost top-1 agreement (benchmarks/results/fast/README.md, section 10)
@@ -174,7 +175,7 @@ def quantize_graph(src_file: Path, source: WeightSource, weights_file: SharedWei
         weights = source.weights_for(_read_external(init, folder), matmul.is_output_layer)
         if weights is not None:
             is_8bit = weights.bits == 8
-            if not is_8bit and source.config.is_fine(matmul.node.name) and weights.block_size > FINE_BLOCK:
+            if source.config.is_fine(matmul.node.name) and weights.block_size > FINE_BLOCK:
                 weights = weights.split_blocks(FINE_BLOCK)
             level = 4 if is_8bit else source.config.level_for(matmul.node.name)
             shared = matmul.node.input[0] if source.config.side_by_side else matmul.node.output[0]

@@ -38,8 +38,12 @@ def default_drafter(manifest) -> str:
     Drafting is token-identical where a wide call computes its root row bit for bit as the width-1 call does:
     the verifier reads only a block's leading chain, whose later rows then follow bit for bit too (their keys
     sit where plain decoding reads them, runtime/contract.py). That holds for float32 graphs and for MatMulNBits
-    graphs whose 4-bit MatMuls all take int8 activations (accuracy level 4: the fast bundle; MLAS quantizes each
-    row alike for any row count), tests/test_fast_default.py. It does not hold for
+    graphs whose 4-bit MatMuls all take int8 activations (accuracy level 4: the fast bundle,
+    tests/test_fast_default.py), on CPUs whose MLAS kernels quantize and sum each row alike for any row count
+    (AVX-512 VNNI; on an AVX2-only CPU 4-bit products with 32-input blocks take a one-row kernel of their own).
+    This function reads the recipe; the commands then probe the bundle on the machine (runtime/row_probe.py) and
+    decode plainly where rows differ.
+    It does not hold for
     - 4-bit MatMuls with float activations (level 0): MLAS has a one-row kernel that sums in another order than
       its dequantize + SGEMM path for wider calls (benchmarks/results/fast/README.md, section 8);
     - graphs on the fused CPU operators: not measured for it;
