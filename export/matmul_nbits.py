@@ -6,10 +6,10 @@
 
 MatMuls of one input with the same kind of blocks (q/k/v, gate/up) become one MatMulNBits over their weights side
 by side, and one Split gives each its output back: one activation quantization and one kernel call instead of
-three, bit for bit the same outputs (MLAS computes each output column alike whatever N is; measured on SmolLM2:
-every output of the merged graphs equal, a width-1 call 0.92x, plain decoding 1.06x at 1 thread,
-benchmarks/results/fast/README.md section 13). The block sums of an input are computed once for every MatMul
-reading it.
+three, bit for bit the same outputs (MLAS computes each output column alike whatever N is; on SmolLM2 every output
+of the rewritten graphs was equal, and with the output layer's 16-input blocks a width-1 call took 0.955x and plain
+decoding ran 1.06x at 1 thread: benchmarks/results/fast/lm16/bundle_ab_1thread.log, README section 13). The block
+sums of an input are computed once for every MatMul reading it.
 """
 
 from __future__ import annotations

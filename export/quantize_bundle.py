@@ -56,7 +56,7 @@ class QuantConfig:
     # int8 activations of FAST it lost top-1 agreement (benchmarks/results/fast/README.md, section 10)
     fused_ops: bool = False
     # MatMuls of one input (q/k/v, gate/up) as one MatMulNBits side by side (matmul_nbits.py): the same outputs bit
-    # for bit, one kernel call instead of three (plain decoding 1.06x at 1 thread, results/fast section 13)
+    # for bit, one kernel call instead of three (results/fast section 13)
     side_by_side: bool = True
     quality_report: bool = True
 
@@ -101,7 +101,8 @@ class QuantConfig:
 # answers, against 97.5% / 97.5% without them (section 10). The output layer's int8 activations per 16 inputs
 # too (`lm16`, section 13): held text 96.94% -> 98.61%, Spec-Bench answers 96.79% -> 96.96% (3,984 tokens),
 # perplexity +0.19% -> +0.01%, its call no slower; 8-bit blocks of 16 compute a row alike at every width on AVX2
-# too. MatMuls of one input side by side (QuantConfig.side_by_side): bit for bit, plain decoding 1.06x.
+# too. With MatMuls of one input side by side (QuantConfig.side_by_side, bit for bit) plain decoding ran 1.06x the
+# previous default at 1 thread (results/fast/lm16/bundle_ab_1thread.log).
 FAST = QuantConfig(weights="gguf", accuracy_level=4, fine_activation_roles=("down_proj", "lm_head"))
 
 
