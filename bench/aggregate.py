@@ -67,7 +67,7 @@ def summarize_group(rows: Sequence[Row], baseline_rows: dict[tuple, Row],
     decode_s = sum(r.elapsed_s - r.first_token_s for r in ran)
     mean_tps = fmean(r.tokens_per_s for r in ran) if ran else None
     timed = calls and all(r.graph_s is not None for r in ran)
-    decode_graph_s = sum(r.graph_s - r.first_token_s for r in ran) if timed else None
+    decode_graph_s = sum(r.graph_s for r in ran) if timed else None
     return {
         "questions": len({r.question_id for r in ran}),
         "turns": len(ran),

@@ -22,7 +22,7 @@ class MethodRun:
     elapsed_s: float
     decode_calls: int | None = None  # graph calls after prefill; None where a peer cannot say
     accepted_histogram: Counter | None = None  # drafts accepted per decode call
-    graph_s: float | None = None
+    graph_s: float | None = None  # graph-call seconds after prefill (the decode calls')
     extra: dict = field(default_factory=dict)
 
     @property
@@ -68,7 +68,7 @@ class DrafterMethod:
         s = result.stats
         # generate() counts the first token inside prefill time; everything after is decode
         return MethodRun(result.token_ids, s.prefill_seconds, s.elapsed_seconds, s.decode_calls,
-                         Counter(s.accepted_histogram), s.graph_seconds,
+                         Counter(s.accepted_histogram), s.graph_seconds - s.prefill_graph_seconds,
                          {"finish_reason": s.finish_reason, "prefill_calls": s.prefill_calls, "lossless": s.lossless,
                           "sizing": s.sizing})
 

@@ -44,6 +44,7 @@ class GenerationStats:
     prefill_calls: int = 0
     decode_calls: int = 0
     prefill_seconds: float = 0.0
+    prefill_graph_seconds: float = 0.0  # the graph calls' part of prefill_seconds
     graph_seconds: float = 0.0
     elapsed_seconds: float = 0.0
     accepted_histogram: Counter = field(default_factory=Counter)  # drafts accepted per decode call
@@ -175,6 +176,7 @@ def generate(
     judge: Callable[[GraphOutput], np.ndarray] = drafter.own_logits if lossy else lambda graph_out: graph_out.logits
     stats.prefill_calls = engine.graph_calls - calls0
     stats.prefill_seconds = time.perf_counter() - started
+    stats.prefill_graph_seconds = engine.graph_seconds - graph0
     output = _Output(list(prompt_ids), stops, max_new_tokens, stats, on_tokens)
     emit, context = output.emit, output.context
     root = sampler.choose(judge(out)[-1])
