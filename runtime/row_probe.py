@@ -61,28 +61,31 @@ def probe_rows(engine: Engine) -> RowProbe:
     calls, seconds = engine.graph_calls, engine.graph_seconds
     vocab = engine.config.vocab_size
     prefix = (np.arange(PREFIX, dtype=np.int64) * 7919 + 11) % vocab  # fixed, arbitrary token ids
+    widths = [w for w in decode_widths(engine.manifest) if w > 1]
+    chain = (np.arange(max(widths, default=1), dtype=np.int64) * 104729 + 3) % vocab  # each width runs a prefix
     diffs = {}
     try:
-        for width in (w for w in decode_widths(engine.manifest) if w > 1):
-            chain = (np.arange(width, dtype=np.int64) * 104729 + 3) % vocab
-            engine.reset()
-            engine.prefill(prefix)
-            plain = []
-            for token in chain:
-                out = engine.run_block(engine.embed(np.array([token])), np.array([-1]))
-                engine.cache.commit_accepted_kv(out.new_keys, out.new_values, [0])
-                plain.append((out.logits[0].copy(), [k[:, :, 0].copy() for k in out.new_keys]))
+        engine.reset()
+        engine.prefill(prefix)
+        plain = []  # plain decoding's rows of the chain: (logits, new key of each layer)
+        for token in chain if widths else ():
+            out = engine.run_block(engine.embed(np.array([token])), np.array([-1]))
+            engine.cache.commit_accepted_kv(out.new_keys, out.new_values, [0])
+            plain.append((out.logits[0].copy(), [k[:, :, 0].copy() for k in out.new_keys]))
+        for width in widths:
             engine.cache.truncate(PREFIX)
-            wide = engine.run_block(engine.embed(chain), np.arange(-1, width - 1))
-            rows = min(width, wide.plain_rows)
-            diffs[width] = max(max(float(np.abs(wide.logits[i] - logits).max()),
-                                   max(float(np.abs(k[:, :, i] - key).max()) for k, key in zip(wide.new_keys, keys,
-                                                                                               strict=True)))
-                               for i, (logits, keys) in enumerate(plain[:rows]))
+            wide = engine.run_block(engine.embed(chain[:width]), np.arange(-1, width - 1))
+            diffs[width] = max(_row_gap(wide, i, *plain[i]) for i in range(min(width, wide.plain_rows)))
     finally:
         engine.reset()
         engine.graph_calls, engine.graph_seconds = calls, seconds
     return RowProbe(diffs, machine_description(engine))
+
+
+def _row_gap(wide, row: int, logits: np.ndarray, keys: list[np.ndarray]) -> float:
+    """Largest |difference| of a wide call's row (logits and every layer's new key) from plain decoding's."""
+    key_gap = max(float(np.abs(k[:, :, row] - key).max()) for k, key in zip(wide.new_keys, keys, strict=True))
+    return max(float(np.abs(wide.logits[row] - logits).max()), key_gap)
 
 
 def row_probe_for(engine: Engine, cache_dir: Path | None, refresh: bool = False,
