@@ -3,7 +3,7 @@
     engine = Engine.load("bundles/smollm2")
     logits = engine.prefill(prompt_ids)                        # commits the prompt's KV
     out = engine.run_tree(tree, slot_embeddings)               # one call: tree nodes (+ mask slots)
-    engine.cache.commit_accepted_kv(out.new_keys, out.new_values, accepted_slots)
+    engine.cache.commit_accepted_kv(out.new_keys, out.new_values, accepted_slots, out.rows_in_cache)
 """
 
 from __future__ import annotations
@@ -144,6 +144,7 @@ class Engine:
         feeds.update(self.cache.graph_inputs())
         out = self.graphs.run(entry, feeds, n)
         out.plain_rows = min(inside, leading_chain(parents))
+        out.rows_in_cache = min(out.rows_in_cache, inside)  # rows past the context's end share the pad column
         self.graph_calls += 1
         self.graph_seconds += out.seconds
         return out
@@ -198,7 +199,7 @@ class Engine:
             part = tokens[start: start + size]
             chain = np.arange(-1, part.size - 1)  # a chain is plain causal attention
             out = self.run_block(self.embed(part), chain)
-            self.cache.commit_accepted_kv(out.new_keys, out.new_values, np.arange(part.size))
+            self.cache.commit_accepted_kv(out.new_keys, out.new_values, np.arange(part.size), out.rows_in_cache)
             start += size
             yield out
 

@@ -83,14 +83,24 @@ class KVCache:
             )
 
     def commit_accepted_kv(self, new_keys: Sequence[np.ndarray], new_values: Sequence[np.ndarray],
-                           slots: Sequence[int]) -> None:
-        """Append the K/V rows of block slots `slots` (in order) at [n_past, n_past + len(slots))."""
+                           slots: Sequence[int], rows_in_cache: int = 0) -> None:
+        """Append the K/V rows of block slots `slots` (in order) at [n_past, n_past + len(slots)).
+
+        rows_in_cache: the block's first rows the graph already wrote at columns n_past + i of the current
+        buffers (GraphOutput.rows_in_cache); accepted slots that are such rows at their own column are not copied
+        (plain decoding and a drafted chain copy nothing)."""
         slots = np.asarray(slots, dtype=np.int64)
         count = int(slots.shape[0])
         self.ensure_room(count)
+        capacity = self.capacity
         self.reserve(count)
         start, end = self.n_past, self.n_past + count
-        for cache_k, cache_v, k, v in zip(self.keys, self.values, new_keys, new_values, strict=True):
-            cache_k[:, :, start:end] = k[:, :, slots]
-            cache_v[:, :, start:end] = v[:, :, slots]
+        placed = min(count, rows_in_cache) if self.capacity == capacity else 0  # moved up: those rows stayed behind
+        mismatch = np.flatnonzero(slots[:placed] != np.arange(placed))
+        placed = int(mismatch[0]) if mismatch.size else placed
+        if placed < count:
+            rest = slots[placed:]
+            for cache_k, cache_v, k, v in zip(self.keys, self.values, new_keys, new_values, strict=True):
+                cache_k[:, :, start + placed:end] = k[:, :, rest]
+                cache_v[:, :, start + placed:end] = v[:, :, rest]
         self.n_past = end

@@ -82,3 +82,25 @@ def test_buckets_move_up_with_the_filled_rows_and_back_down_on_reset():
 def test_buckets_outside_the_context_are_refused():
     with pytest.raises(ValueError, match=r"buckets must lie in \[1, 8\]"):
         KVCache(num_layers=1, num_kv_heads=1, context=8, head_dim=2, buckets=(4, 16))
+
+
+def test_rows_the_graph_wrote_in_place_are_not_copied_but_the_rest_of_the_path_is():
+    cache = KVCache(num_layers=2, num_kv_heads=1, context=10, head_dim=2)
+    cache.n_past = 2
+    for layer in range(2):  # what an in-place graph leaves: block rows 0..3 at columns 2..5
+        cache.keys[layer][0, 0, 2:6] = -7.0
+    keys, values = block(2, 1, 4, 2, offset=0)
+    cache.commit_accepted_kv(keys, values, [0, 1, 3], rows_in_cache=4)  # slots 0, 1 sit at their columns
+    assert cache.n_past == 5
+    np.testing.assert_array_equal(cache.keys[1][0, 0, 2:6, 0], [-7, -7, 103, -7])  # only slot 3 moved
+    cache.commit_accepted_kv(keys, values, [0, 1], rows_in_cache=0)  # a graph that wrote nothing: all copied
+    np.testing.assert_array_equal(cache.keys[0][0, 0, 5:7, 0], [0, 1])
+
+
+def test_rows_in_place_in_a_smaller_bucket_are_copied_when_the_commit_moves_up():
+    cache = KVCache(num_layers=1, num_kv_heads=1, context=16, head_dim=2, buckets=(4,))
+    cache.n_past = 2
+    keys, values = block(1, 1, 4, 2, offset=10)
+    cache.commit_accepted_kv(keys, values, [0, 1, 2], rows_in_cache=3)  # 5 positions: the 16 bucket
+    assert cache.capacity == 16
+    np.testing.assert_array_equal(cache.keys[0][0, 0, 2:5, 0], [10, 11, 12])
