@@ -34,6 +34,7 @@ MIXES = {  # name: (float-activation roles, fine-block roles)
     "down16": ((), ("down_proj",)),
     "down16-head16": ((), ("down_proj", "lm_head")),
     "all16": ((), ALL),
+    "all16-head16": ((), (*ALL, "lm_head")),
 }
 
 

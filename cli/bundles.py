@@ -27,7 +27,7 @@ FAST_DECODE_WIDTHS = (1, 4, 16)
 
 # the cache label of the fast bundle; equal to export.quantize_bundle.FAST.label (tested), written here so that
 # a runtime-only install finds a cached fast bundle without importing the export side
-FAST_LABEL = "gguf-a4-down16-lm16"
+FAST_LABEL = "gguf-a4-down16-lm16-fused"
 DMTD_DRAFTERS = ("dmtd-spec", "dmtd")  # drafters that run on a DMTD bundle (runtime/drafters/dmtd.py)
 
 

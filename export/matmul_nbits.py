@@ -2,7 +2,8 @@
 
     y = x @ W                       (x: (1, T, K), W: (K, N) float initializer)
  -> y = MatMulNBits(x, codes, scales)                                 zero point = default (fast path)
-      [+ MatMul(ReduceSum(Reshape(x, (1, T, K/bs, bs)), -1), offsets)]  only when the grid has minima
+      [+ MatMul(ReduceSum(Reshape(x, (1, T, K/b, b)), -1), offsets)]    only when the grid has minima, b the
+                                                                       minima's own block (minima_blocks)
 
 MatMuls of one input with the same kind of blocks (q/k/v, gate/up) become one MatMulNBits over their weights side
 by side, and one Split gives each its output back: one activation quantization and one kernel call instead of
@@ -76,9 +77,10 @@ class MatMulRewriter:
             domain=MS_DOMAIN, K=k, N=n, bits=weights.bits, block_size=weights.block_size,
             accuracy_level=accuracy_level)]
         if weights.offsets is not None:
+            offsets, offset_block = minima_blocks(weights)
             offsets_name = f"{base}.offsets"
-            self._new_inits.append(numpy_helper.from_array(np.ascontiguousarray(weights.offsets.T), offsets_name))
-            sums = self._block_sum(x, k, weights.block_size, new)
+            self._new_inits.append(numpy_helper.from_array(np.ascontiguousarray(offsets.T), offsets_name))
+            sums = self._block_sum(x, k, offset_block, new)
             new += [helper.make_node("MatMul", [sums, offsets_name], [f"{y}.minima"], name=f"{y}.minima"),
                     helper.make_node("Add", [nbits_out, f"{y}.minima"], [y], name=f"{y}.add_minima")]
         if len(nodes) > 1:
@@ -117,6 +119,20 @@ class MatMulRewriter:
         self.graph.initializer.extend(kept)
         if not any(o.domain == MS_DOMAIN for o in self.model.opset_import):
             self.model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
+
+
+def minima_blocks(weights: BlockWeights) -> tuple[np.ndarray, int]:
+    """(offsets (N, K / b), b): the block minima over the coarsest block b (a multiple of the weights' block) over
+    which every row's minimum is one value. A Q4_1 grid split into 16-input blocks (its activations quantized more
+    finely) keeps one minimum per 32 inputs: its correction MatMul reads half the rows."""
+    offsets, block = weights.offsets, weights.block_size
+    n, k = weights.shape
+    while k % (2 * block) == 0:
+        pairs = offsets.reshape(n, -1, 2)
+        if not np.array_equal(pairs[:, :, 0], pairs[:, :, 1]):
+            break
+        offsets, block = pairs[:, :, 0], 2 * block
+    return offsets, block
 
 
 def _copy(message):

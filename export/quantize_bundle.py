@@ -52,8 +52,8 @@ class QuantConfig:
     # weight block, so this is the cheap way to make their activations more exact; unlike level 0 it computes a
     # row alike at every width
     fine_activation_roles: tuple[str, ...] = ()
-    # trace the graphs onto onnxruntime's fused CPU ops first (export/fused_ops.py): a leaner call, but with the
-    # int8 activations of FAST it lost top-1 agreement (benchmarks/results/fast/README.md, section 10)
+    # trace the graphs onto onnxruntime's fused CPU ops first (export/fused_ops.py): a leaner call (FAST does;
+    # benchmarks/results/fast/README.md, sections 9, 10 and 15)
     fused_ops: bool = False
     # MatMuls of one input (q/k/v, gate/up) as one MatMulNBits side by side (matmul_nbits.py): the same outputs bit
     # for bit, one kernel call instead of three (results/fast section 13)
@@ -102,8 +102,11 @@ class QuantConfig:
 # too (`lm16`, section 13): held text 96.94% -> 98.61%, Spec-Bench answers 96.79% -> 96.96% (3,984 tokens),
 # perplexity +0.19% -> +0.01%, its call no slower; 8-bit blocks of 16 compute a row alike at every width on AVX2
 # too. With MatMuls of one input side by side (QuantConfig.side_by_side, bit for bit) plain decoding ran 1.06x the
-# previous default at 1 thread (results/fast/lm16/bundle_ab_1thread.log).
-FAST = QuantConfig(weights="gguf", accuracy_level=4, fine_activation_roles=("down_proj", "lm_head"))
+# previous default at 1 thread (results/fast/lm16/bundle_ab_1thread.log). On onnxruntime's fused CPU operators
+# (section 15; with down16 alone they had lost top-1, section 10): a width-1 call 0.89x, plain decoding 1.06x at
+# 1 thread (results/fast/fused/bundle_ab_1thread.log); quality vs float32 held text 98.61% -> 98.06%, Spec-Bench
+# answers 96.96% -> 97.04% (3,984 tokens), perplexity +0.19% / +0.17% (results/fast/fused/quality.json).
+FAST = QuantConfig(weights="gguf", accuracy_level=4, fine_activation_roles=("down_proj", "lm_head"), fused_ops=True)
 
 
 class WeightSource:

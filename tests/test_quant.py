@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from mtpedge.export.block_weights import BlockWeights, quantize_rtn
 from mtpedge.export.gguf_grid import FORMATS, decompose
-from mtpedge.export.matmul_nbits import MatMulRewriter, weight_matmuls
+from mtpedge.export.matmul_nbits import MatMulRewriter, minima_blocks, weight_matmuls
 from mtpedge.export.quantize_bundle import QuantConfig, quantize_bundle
 from mtpedge.runtime.bundle import read_manifest
 from mtpedge.runtime.engine import Engine
@@ -94,6 +94,24 @@ def test_split_blocks_keep_the_gguf_grid_bit_for_bit():
     assert np.array_equal(fine.packed().reshape(8, -1), grid.packed().reshape(8, -1))
     with pytest.raises(ValueError, match="does not divide"):
         grid.split_blocks(24)
+
+
+def test_a_split_grid_adds_its_minima_per_original_block():
+    """Q4_1 split into 16-input blocks keeps one minimum per 32 inputs: the correction sums x per 32 and its MatMul
+    reads half the rows, and the graph still computes x @ grid."""
+    k, n = 256, 24
+    fine = decompose(random_gguf_rows(Q.Q4_1, n, k, 1), Q.Q4_1)[0].split_blocks(16)
+    assert minima_blocks(fine)[1] == 32 and minima_blocks(fine)[0].shape == (n, k // 32)
+    model = _two_matmul_graph(k, n, *(np.ascontiguousarray(fine.dequantize().T),) * 2)
+    rewriter = MatMulRewriter(model)
+    rewriter.replace(weight_matmuls(model)[0].node, fine, accuracy_level=4)
+    rewriter.finish()
+    minima = next(t for t in model.graph.initializer if t.name.endswith(".offsets"))
+    assert list(minima.dims) == [k // 32, n]
+    x = np.random.default_rng(3).normal(0, 1, (1, 3, k)).astype(np.float32)
+    got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(["y1"], {"x": x})[0]
+    want = x @ fine.dequantize().T
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-2 * float(np.abs(want).max()))  # int8 activations
 
 
 def _cpu_flags() -> set[str]:

@@ -26,6 +26,24 @@ def test_a_float32_bundle_computes_a_chain_as_plain_decoding_does(tiny_bundle):
     assert probe.invariant and set(probe.max_diff) == {8, 32} and "as width-1 calls do" in probe.describe()
 
 
+def test_fused_operators_over_int8_kernels_compute_a_chain_as_plain_decoding_does(tiny_model_dir, tmp_path):
+    """The fast recipe's fused CPU operators (SkipSimplifiedLayerNormalization, RotaryEmbedding) over 8-bit
+    weights in 16-input blocks, which MLAS computes alike at every row count on every x86 CPU measured: the rows
+    agree, so the recipe does not keep a bundle from drafting by default (runtime/drafters.default_drafter)."""
+    from mtpedge.export.bundle_writer import ExportConfig, export_bundle
+    from mtpedge.export.quantize_bundle import QuantConfig
+    from mtpedge.runtime.bundle import read_manifest
+    from mtpedge.runtime.drafters import DEFAULT_DRAFTER, default_drafter
+
+    config = ExportConfig(context=64, prefill_width=8, decode_widths=(1, 4, 8),
+                          quantization=QuantConfig("int8", block_size=16, fused_ops=True, quality_report=False))
+    bundle = export_bundle(tiny_model_dir("llama"), tmp_path / "fused", config)
+    assert read_manifest(bundle).extras["fused_ops"]["rotary"] > 0
+    assert default_drafter(read_manifest(bundle)) == DEFAULT_DRAFTER
+    probe = probe_rows(Engine.load(bundle, threads=1))
+    assert probe.invariant, probe.describe()
+
+
 def test_float_activations_make_a_wide_call_differ_and_the_probe_says_so(float_activation_bundle):
     engine = Engine.load(float_activation_bundle, threads=1)
     probe = probe_rows(engine)

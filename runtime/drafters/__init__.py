@@ -39,14 +39,14 @@ def default_drafter(manifest) -> str:
     the verifier reads only a block's leading chain, whose later rows then follow bit for bit too (their keys
     sit where plain decoding reads them, runtime/contract.py). That holds for float32 graphs and for MatMulNBits
     graphs whose 4-bit MatMuls all take int8 activations (accuracy level 4: the fast bundle,
-    tests/test_fast_default.py), on CPUs whose MLAS kernels quantize and sum each row alike for any row count
+    tests/test_fast_default.py), with onnxruntime's fused CPU operators or without (tests/test_fused_ops.py,
+    tests/test_row_probe.py), on CPUs whose MLAS kernels quantize and sum each row alike for any row count
     (AVX-512 VNNI; on an AVX2-only CPU 4-bit products with 32-input blocks take a one-row kernel of their own).
     This function reads the recipe; the commands then probe the bundle on the machine (runtime/row_probe.py) and
     decode plainly where rows differ.
     It does not hold for
     - 4-bit MatMuls with float activations (level 0): MLAS has a one-row kernel that sums in another order than
       its dequantize + SGEMM path for wider calls (benchmarks/results/fast/README.md, section 8);
-    - graphs on the fused CPU operators: not measured for it;
     - QDQ a16w8 graphs (extras "qdq"): on the CPU's QDQ emulation the root row differs by up to 0.67, argmax
       flipped at 3 of 40 steps (benchmarks/results/quant/smollm2-width-invariance-cpu-qdq.log: the recipe's fp16
       nodes), and compiled for the HTP (extras "qnn", which keep "qdq") by 0.055 and 0.11 on the simulator at
@@ -64,7 +64,7 @@ def _rows_width_invariant(config: dict) -> bool:
     """A quantized bundle's recipe (export.quantize_bundle.QuantConfig as a dict) keeps rows width-invariant."""
     four_bit = config.get("weights") in ("gguf", "int4") or config.get("output_layer") == "int4"
     int8_activations = not four_bit or (config.get("accuracy_level") == 4 and not config.get("float_activation_roles"))
-    return int8_activations and not config.get("fused_ops")
+    return int8_activations
 
 
 __all__ = ["DEFAULT_DRAFTER", "DRAFTERS", "NONE", "Drafter", "DrafterSpec", "check_fits", "default_drafter",
