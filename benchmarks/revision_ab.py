@@ -7,7 +7,8 @@ after a change, to compare revisions that cannot share a process:
     python benchmarks/revision_ab.py BUNDLE_V2 --label v2
 
 calls: median ms of one call of each decode width from a cache of --past positions; decoding: plain greedy tokens/s
-over the tuning prompts (benchmarks/lean_calls.py), --max-new-tokens each. The load average is recorded.
+over the tuning prompts (benchmarks/lean_calls.py), --max-new-tokens each, and the host's ms per decode call (the
+decode time outside graph calls). The load average is recorded.
 """
 
 from __future__ import annotations
@@ -48,14 +49,18 @@ def main() -> None:
             engine.cache.n_past = args.past
             times.append(engine.run_block(engine.embed(np.arange(width)), np.arange(-1, width - 1)).seconds * 1e3)
         calls[f"w{width}_ms"] = round(statistics.median(times[2:]), 2)
-    tokens = seconds = 0.0
+    tokens = seconds = host = decode_calls = 0.0
     for question in tuning_questions()[: args.prompts]:
         prompt = engine.tokenizer.encode_chat([{"role": "user", "content": question.turns[0]}])
         result = generate(engine, prompt, max_new_tokens=args.max_new_tokens, stop_token_ids=set())
-        tokens += result.stats.new_tokens
-        seconds += result.stats.elapsed_seconds
+        stats = result.stats
+        tokens += stats.new_tokens
+        seconds += stats.elapsed_seconds
+        host += stats.decode_seconds - (stats.graph_seconds - stats.prefill_graph_seconds)
+        decode_calls += stats.decode_calls
     print(json.dumps({"label": args.label, "engine": sys.modules[Engine.__module__].__file__, **calls,
-                      "plain_tokens_per_s": round(tokens / seconds, 2), "load": os.getloadavg()[0]}))
+                      "plain_tokens_per_s": round(tokens / seconds, 2),
+                      "host_ms_per_decode_call": round(1e3 * host / decode_calls, 3), "load": os.getloadavg()[0]}))
 
 
 if __name__ == "__main__":

@@ -12,10 +12,11 @@ RotaryEmbedding reads its tables by position id; the contract's host tables alre
 cos/sin (rope_cos (1, 1, N, D/2)), so the graph feeds them as an N-row table and the position ids 0..N-1:
 every slot reads its own row, and the runtime's contract does not change.
 
-Applied to MatMulNBits bundles (export/bundle_writer.py): on the fast bundle a width-1 call took 0.85x the time
-(median; 0.91x the minimum) at 1 thread, a width-16 call 0.97x, plain decoding went from 0.90x to 0.94x
-llama.cpp on the tuning set, top-1 vs float32 98.06% (benchmarks/results/fast/README.md, section 9). A float32
-bundle keeps standard operators (0.99x at width 1 there; and the QDQ/HTP converter needs them). Patterns that do
+Applied to MatMulNBits bundles whose QuantConfig asks (export/bundle_writer.py; the fast recipe does): on the
+AVX-512 machine a width-1 call took 0.85x the time at 1 thread, plain decoding went from 0.90x to 0.94x llama.cpp
+on the tuning set (benchmarks/results/fast/README.md, section 9); on the AVX2 one, over the lm16 recipe, a
+width-1 call 0.89x and plain decoding 1.06x, top-1 vs float32 98.06% held text / 97.04% Spec-Bench answers
+(section 15). A float32 bundle keeps standard operators (0.99x at width 1; and the QDQ/HTP converter needs them). Patterns that do
 not match exactly are left alone, so the pass never changes what a graph computes beyond float rounding.
 """
 

@@ -96,16 +96,17 @@ class QuantConfig:
 # int8 activations everywhere 96.4% top-1 agreement with float32 (below the 97% gate); down_proj in 16-input
 # blocks 97.5% (perplexity 17.21 vs 17.28); down_proj with float activations 98.1%, but float activations run a
 # one-row call through another kernel than a wider call (root rows differed between widths), and cost more at
-# widths 4 and 16: the down16 bundle decodes plainly 1.08x faster (benchmarks/bundle_ab.py). No fused ops: on
-# top of down16 they cut a width-1 call to ~0.85x but top-1 agreement fell to 95.6% held text / 96.7% Spec-Bench
+# widths 4 and 16: the down16 bundle decodes plainly 1.08x faster (benchmarks/bundle_ab.py). Fused ops on top of
+# down16 alone cut a width-1 call to ~0.85x but top-1 agreement fell to 95.6% held text / 96.7% Spec-Bench
 # answers, against 97.5% / 97.5% without them (section 10). The output layer's int8 activations per 16 inputs
 # too (`lm16`, section 13): held text 96.94% -> 98.61%, Spec-Bench answers 96.79% -> 96.96% (3,984 tokens),
 # perplexity +0.19% -> +0.01%, its call no slower; 8-bit blocks of 16 compute a row alike at every width on AVX2
 # too. With MatMuls of one input side by side (QuantConfig.side_by_side, bit for bit) plain decoding ran 1.06x the
 # previous default at 1 thread (results/fast/lm16/bundle_ab_1thread.log). On onnxruntime's fused CPU operators
-# (section 15; with down16 alone they had lost top-1, section 10): a width-1 call 0.89x, plain decoding 1.06x at
-# 1 thread (results/fast/fused/bundle_ab_1thread.log); quality vs float32 held text 98.61% -> 98.06%, Spec-Bench
-# answers 96.96% -> 97.04% (3,984 tokens), perplexity +0.19% / +0.17% (results/fast/fused/quality.json).
+# (section 15): a width-1 call 0.89x, plain decoding 1.06x at
+# 1 thread (results/fast/fused-lm16/bundle_ab_1thread.log); quality vs float32 held text 98.61% -> 98.06%, Spec-Bench
+# answers 96.96% -> 97.04% (3,984 tokens), perplexity +0.01% -> +0.19% / +0.08% -> +0.17%
+# (results/fast/fused-lm16/quality.json).
 FAST = QuantConfig(weights="gguf", accuracy_level=4, fine_activation_roles=("down_proj", "lm_head"), fused_ops=True)
 
 

@@ -58,17 +58,22 @@ def cache_file(engine: Engine, cache_dir: Path, suffix: str = ".json") -> Path:
 def measure_cost_table(engine: Engine, repeats: int = REPEATS, warmup: int = WARMUP) -> CostTable:
     """Median seconds of a call of each decode width at the bundle's full context (chain blocks; a static
     graph's cost does not depend on the tree, the tokens or how full the cache is; smaller context buckets
-    cost less, so the table errs on the side of small trees). The engine's n_past and counters are kept."""
+    cost less, so the table errs on the side of small trees). The widths take turns call by call, so that a
+    burst of load on a shared machine slows them all alike instead of one width's whole measurement (the
+    ratios decide the trees: one such burst once measured the fast bundle's width-4 call at 2.4x a width-1
+    call instead of ~1.8x, and lookup never drafted). The engine's n_past and counters are kept."""
     n_past, calls, seconds = engine.cache.n_past, engine.graph_calls, engine.graph_seconds
-    measured = {}
+    widths = decode_widths(engine.manifest)
+    times: dict[int, list[float]] = {width: [] for width in widths}
     try:
-        for width in decode_widths(engine.manifest):
-            engine.cache.n_past = max(0, engine.context - width)  # the full-context graphs run
-            embeds = np.zeros((width, engine.config.hidden_size), np.float32)
-            chain = np.arange(-1, width - 1)
-            for _ in range(warmup):
-                engine.run_block(embeds, chain)
-            measured[width] = statistics.median(engine.run_block(embeds, chain).seconds for _ in range(repeats))
+        for round_ in range(warmup + repeats):
+            for width in widths:
+                engine.cache.n_past = max(0, engine.context - width)  # the full-context graphs run
+                embeds = np.zeros((width, engine.config.hidden_size), np.float32)
+                call_seconds = engine.run_block(embeds, np.arange(-1, width - 1)).seconds
+                if round_ >= warmup:
+                    times[width].append(call_seconds)
+        measured = {width: statistics.median(t) for width, t in times.items()}
     finally:
         engine.cache.n_past, engine.graph_calls, engine.graph_seconds = n_past, calls, seconds
     m = engine.manifest
