@@ -16,8 +16,9 @@ Applied to MatMulNBits bundles whose QuantConfig asks (export/bundle_writer.py; 
 AVX-512 machine a width-1 call took 0.85x the time at 1 thread, plain decoding went from 0.90x to 0.94x llama.cpp
 on the tuning set (benchmarks/results/fast/README.md, section 9); on the AVX2 one, over the lm16 recipe, a
 width-1 call 0.89x and plain decoding 1.06x, top-1 vs float32 98.06% held text / 97.04% Spec-Bench answers
-(section 15). A float32 bundle keeps standard operators (0.99x at width 1; and the QDQ/HTP converter needs them). Patterns that do
-not match exactly are left alone, so the pass never changes what a graph computes beyond float rounding.
+(section 15). A float32 bundle keeps standard operators (0.99x at width 1; and the QDQ/HTP converter needs them).
+Patterns that do not match exactly are left alone, so the pass never changes what a graph computes beyond float
+rounding.
 """
 
 from __future__ import annotations
