@@ -103,11 +103,10 @@ class QuantConfig:
 # perplexity +0.19% -> +0.01%, its call no slower; 8-bit blocks of 16 compute a row alike at every width on AVX2
 # too. With MatMuls of one input side by side (QuantConfig.side_by_side, bit for bit) plain decoding ran 1.06x the
 # previous default at 1 thread (results/fast/lm16/bundle_ab_1thread.log). On onnxruntime's fused CPU operators
-# (section 15): a width-1 call 0.89x, plain decoding 1.06x at
-# 1 thread (results/fast/fused-lm16/bundle_ab_1thread.log); quality vs float32 held text 98.61% -> 98.06%, Spec-Bench
-# answers 96.96% -> 97.04% (3,984 tokens), perplexity +0.01% -> +0.19% / +0.08% -> +0.17%
-# (results/fast/fused-lm16/quality.json); with the minima added per original block (matmul_nbits.minima_blocks)
-# 98.06% / 97.54%, perplexity +0.42% / +0.20% (quality-final.json).
+# (section 15): a width-1 call 0.89x, plain decoding 1.06x at 1 thread (results/fast/fused-lm16/bundle_ab_1thread.log);
+# quality vs float32 held text 98.61% -> 98.06%, Spec-Bench answers 96.96% -> 97.04% (3,984 tokens), perplexity
+# +0.01% -> +0.19% / +0.08% -> +0.17% (results/fast/fused-lm16/quality.json); with the minima added per original
+# block (matmul_nbits.minima_blocks) 98.06% / 97.54%, perplexity +0.42% / +0.20% (quality-final.json).
 FAST = QuantConfig(weights="gguf", accuracy_level=4, fine_activation_roles=("down_proj", "lm_head"), fused_ops=True)
 
 

@@ -63,14 +63,14 @@ def measure_cost_table(engine: Engine, repeats: int = REPEATS, warmup: int = WAR
     ratios decide the trees: one such burst once measured the fast bundle's width-4 call at 2.4x a width-1
     call instead of ~1.8x, and lookup never drafted). The engine's n_past and counters are kept."""
     n_past, calls, seconds = engine.cache.n_past, engine.graph_calls, engine.graph_seconds
-    widths = decode_widths(engine.manifest)
-    times: dict[int, list[float]] = {width: [] for width in widths}
+    blocks = {width: (np.zeros((width, engine.config.hidden_size), np.float32), np.arange(-1, width - 1))
+              for width in decode_widths(engine.manifest)}  # chains of zeros
+    times: dict[int, list[float]] = {width: [] for width in blocks}
     try:
         for round_ in range(warmup + repeats):
-            for width in widths:
+            for width, (embeds, chain) in blocks.items():
                 engine.cache.n_past = max(0, engine.context - width)  # the full-context graphs run
-                embeds = np.zeros((width, engine.config.hidden_size), np.float32)
-                call_seconds = engine.run_block(embeds, np.arange(-1, width - 1)).seconds
+                call_seconds = engine.run_block(embeds, chain).seconds
                 if round_ >= warmup:
                     times[width].append(call_seconds)
         measured = {width: statistics.median(t) for width, t in times.items()}

@@ -3,14 +3,14 @@
     engine = Engine.load("bundles/smollm2")
     logits = engine.prefill(prompt_ids)                        # commits the prompt's KV
     out = engine.run_tree(tree, slot_embeddings)               # one call: tree nodes (+ mask slots)
-    engine.cache.commit_accepted_kv(out.new_keys, out.new_values, accepted_slots, out.rows_in_cache)
+    engine.commit(out, accepted_slots)                         # the accepted slots' K/V join the cache
 """
 
 from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -176,6 +176,11 @@ class Engine:
         gate = (tree.tokens == SLOT).astype(np.float32) if lora_on_slots else None
         return self.run_block(self.tree_embeddings(tree, slot_embeddings), tree.parents, gate)
 
+    def commit(self, out: GraphOutput, slots: Sequence[int] | np.ndarray) -> None:
+        """Append the K/V rows of a call's block slots `slots` (in order) to the cache; rows the graph already
+        wrote at their own cache column are not copied again (GraphOutput.rows_in_cache)."""
+        self.cache.commit_accepted_kv(out.new_keys, out.new_values, slots, out.rows_in_cache)
+
     def prefill(self, token_ids: list[int] | np.ndarray) -> np.ndarray:
         """Run and commit `token_ids` after the cache's contents; returns the last token's logits (vocab,)."""
         last = deque(self.prefill_chunks(token_ids), maxlen=1)[0]  # only the last chunk's output is kept
@@ -199,7 +204,7 @@ class Engine:
             part = tokens[start: start + size]
             chain = np.arange(-1, part.size - 1)  # a chain is plain causal attention
             out = self.run_block(self.embed(part), chain)
-            self.cache.commit_accepted_kv(out.new_keys, out.new_values, np.arange(part.size), out.rows_in_cache)
+            self.commit(out, np.arange(part.size))
             start += size
             yield out
 

@@ -200,7 +200,7 @@ def generate(
         path = full_path[: engine.cache.free]
         if len(path) < len(full_path):  # no room for the whole path: the first node left out becomes the root
             root = int(tree.tokens[full_path[len(path)]])
-        engine.cache.commit_accepted_kv(out.new_keys, out.new_values, path, out.rows_in_cache)
+        engine.commit(out, path)
         if drafting:
             drafter.observe(tree, out, path)
         drafts = [int(t) for t in accepted_tokens(tree, path)]

@@ -29,7 +29,7 @@ class GraphOutput:
     # inside the context (Engine.run_block); the decode loop trusts no other row's logits
     plain_rows: int = 1 << 30
     # rows [0, rows_in_cache) whose keys and values the graph itself wrote into the host cache at columns
-    # n_past + i (in-place graphs, contract v2): committing them is free (KVCache.commit_accepted_kv)
+    # n_past + i (in-place graphs, contract v2): committing them is free (Engine.commit)
     rows_in_cache: int = 0
 
 

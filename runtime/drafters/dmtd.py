@@ -97,7 +97,7 @@ class CopyDrafter(Drafter):
     def run(copy: Engine, rows: np.ndarray) -> GraphOutput:
         """Run and commit a chain of input rows after the copy's cache."""
         out = copy.run_block(rows, np.arange(-1, rows.shape[0] - 1))
-        copy.cache.commit_accepted_kv(out.new_keys, out.new_values, np.arange(rows.shape[0]), out.rows_in_cache)
+        copy.commit(out, np.arange(rows.shape[0]))
         return out
 
 
