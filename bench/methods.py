@@ -68,7 +68,7 @@ class DrafterMethod:
         s = result.stats
         # generate() counts the first token inside prefill time; everything after is decode
         return MethodRun(result.token_ids, s.prefill_seconds, s.elapsed_seconds, s.decode_calls,
-                         Counter(s.accepted_histogram), s.graph_seconds - s.prefill_graph_seconds,
+                         Counter(s.accepted_histogram), s.decode_graph_seconds,
                          {"finish_reason": s.finish_reason, "prefill_calls": s.prefill_calls, "lossless": s.lossless,
                           "sizing": s.sizing})
 

@@ -56,7 +56,7 @@ def main() -> None:
         stats = result.stats
         tokens += stats.new_tokens
         seconds += stats.elapsed_seconds
-        host += stats.decode_seconds - (stats.graph_seconds - stats.prefill_graph_seconds)
+        host += stats.decode_seconds - stats.decode_graph_seconds
         decode_calls += stats.decode_calls
     print(json.dumps({"label": args.label, "engine": sys.modules[Engine.__module__].__file__, **calls,
                       "plain_tokens_per_s": round(tokens / seconds, 2),

@@ -78,6 +78,11 @@ class GenerationStats:
         return (self.new_tokens - 1) / self.decode_seconds if self.new_tokens > 1 and self.decode_seconds > 0 else 0.0
 
     @property
+    def decode_graph_seconds(self) -> float:
+        """The graph calls' part of decode_seconds."""
+        return self.graph_seconds - self.prefill_graph_seconds
+
+    @property
     def host_seconds(self) -> float:
         return self.elapsed_seconds - self.graph_seconds
 
