@@ -16,6 +16,12 @@ On a flat cost table (an NPU: every width costs the same) the tree grows to the 
 call costs several narrow ones (this CPU) it shrinks to what its candidates' probabilities pay for.
 Candidate probabilities come from the drafter: its candidate scores (a mask's softmax times its parent's),
 or running per-depth acceptance rates (`acceptance.DepthRates.chain_scores`) for chains.
+
+Those estimates learn only from drafts that are made, so a sizer whose estimates start below what a wider call
+costs would never draft and never learn otherwise (it happened: results/fast section 15, `lookup` drafting nothing
+in a whole bench run). `StepSizer` therefore explores: after `explore_every` steps in a row that had candidates
+but kept none, it keeps the best tree of at least one candidate once. Where drafts do not pay that costs one wider
+call in `explore_every` steps (a width-4 call at 1.87x a width-1 call, every 32nd step: under 3%).
 """
 
 from __future__ import annotations
@@ -54,12 +60,13 @@ class TreeSize:
 
 
 def size_tree(scores: np.ndarray, costs: CostTable, slots_per_candidate: int = 1, fixed_slots: int = 1,
-              host: HostCost | None = None) -> TreeSize:
+              host: HostCost | None = None, min_candidates: int = 0) -> TreeSize:
     """The tree size with the most expected tokens per second.
 
     scores: each candidate's estimated probability of being accepted (any order; values in [0, 1]).
     slots_per_candidate: slots a candidate takes (1, or k + 1 when every node carries k mask slots).
     fixed_slots: slots every tree has (the root, and its mask slots).
+    min_candidates: keep at least this many where the scores and the widest graph allow (exploration).
     Ties go to the smaller tree.
     """
     host = host or HostCost()
@@ -75,7 +82,7 @@ def size_tree(scores: np.ndarray, costs: CostTable, slots_per_candidate: int = 1
     gains = np.concatenate([[0.0], np.cumsum(np.sort(scores)[::-1])])  # gains[n]: the n best candidates
     most = min(scores.size, (widths[-1] - fixed_slots) // slots_per_candidate)
     best: TreeSize | None = None
-    for n in range(most + 1):
+    for n in range(min(min_candidates, most), most + 1):
         slots = fixed_slots + n * slots_per_candidate
         width = next(w for w in widths if w >= slots)
         size = TreeSize(n, slots, width, 1.0 + float(gains[n]), costs.seconds[width] + host.seconds(slots))
@@ -93,12 +100,20 @@ class StepSizer:
       since a drafter's scores (a mask's softmax, Laplace-smoothed lookup rates) can be over- or underconfident;
     - predicted vs achieved tokens per second are kept for the run's stats.
 
+    - after `explore_every` steps in a row that had candidates and kept none, one step keeps the best tree of at
+      least one candidate (see the module docstring); 0 = never.
+
     Call `size` once per step before the graph call and `observe` after it.
     """
 
     def __init__(self, costs: CostTable, prior: float = 2.0, host_decay: float = 0.9,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] = time.perf_counter, explore_every: int = 32) -> None:
+        if explore_every < 0:
+            raise ValueError(f"explore_every is a number of steps >= 0 (0 = never explore), got {explore_every}")
         self.costs = costs
+        self.explore_every = explore_every
+        self.idle_steps = 0  # steps in a row that had candidates and kept none
+        self.explored = 0
         self.host = HostCost()
         self.host_decay = host_decay
         self.clock = clock
@@ -121,6 +136,13 @@ class StepSizer:
         scores = np.asarray(scores, dtype=np.float64).reshape(-1)
         scaled = np.clip(scores * self.calibration, 0.0, 1.0)
         size = size_tree(scaled, self.costs, slots_per_candidate, fixed_slots, self.host)
+        if size.candidates == 0 and scores.size and scores.max() > 0:
+            self.idle_steps += 1
+            if self.explore_every and self.idle_steps >= self.explore_every:
+                size = size_tree(scaled, self.costs, slots_per_candidate, fixed_slots, self.host, min_candidates=1)
+                self.explored += size.candidates > 0
+        if size.candidates:
+            self.idle_steps = 0
         self._pending_drafts = float(np.sort(scores)[::-1][: size.candidates].sum())
         self.predicted_tokens += size.expected_tokens
         self.predicted_seconds += size.seconds
@@ -146,4 +168,5 @@ class StepSizer:
         return {"cost_model": self.costs.origin, "predicted_tokens_per_s": rate(self.predicted_tokens,
                                                                                 self.predicted_seconds),
                 "achieved_tokens_per_s": rate(self.achieved_tokens, self.achieved_seconds),
-                "score_calibration": round(self.calibration, 4), "host_s_per_step": round(self.host.fixed, 6)}
+                "score_calibration": round(self.calibration, 4), "host_s_per_step": round(self.host.fixed, 6),
+                "explored_steps": self.explored}

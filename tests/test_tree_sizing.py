@@ -111,3 +111,44 @@ def test_step_sizer_on_a_flat_table_keeps_the_widest_tree():
         size = sizer.size(np.full(80, 0.3))
         sizer.observe(2, 0.01)
         assert size.width == 64
+
+
+def test_a_sizer_that_never_drafts_explores_and_learns_that_drafts_pay():
+    """Estimates below what a wider call costs would keep a sizer at width 1 for good (results/fast section 15):
+    after explore_every idle steps it drafts once, and accepted drafts raise its calibration until drafting pays."""
+    from mtpedge.runtime.tree_sizing import StepSizer
+
+    sizer = StepSizer(CPU, prior=2.0, explore_every=4)
+    sizer.predicted_drafts = 20.0  # an earlier bad stretch: calibration 0.1
+    scores = np.array([0.5, 0.25, 0.125])  # the prior's chain, which pays only at calibration ~1
+    kept = []
+    for _ in range(40):
+        size = sizer.size(scores)
+        kept.append(size.candidates)
+        sizer.observe(size.candidates, CPU.cost(size.width))  # every draft is accepted
+    assert kept[:4] == [0, 0, 0, 3]  # three idle steps, then the best tree with a candidate
+    assert kept[-5:] == [3] * 5  # the calibration has learned that they pay
+    assert sizer.stats()["explored_steps"] >= 1
+
+
+def test_exploring_where_drafts_never_pay_costs_one_call_in_explore_every():
+    from mtpedge.runtime.tree_sizing import StepSizer
+
+    sizer = StepSizer(CPU, explore_every=8)
+    kept = []
+    for _ in range(64):
+        size = sizer.size(np.array([0.1, 0.05]))  # 1.15 tokens do not pay for a 1.2x call
+        kept.append(size.candidates)
+        sizer.observe(0, CPU.cost(size.width))
+    assert sum(k > 0 for k in kept) == 8 and kept[7] > 0 and kept[0] == 0
+    never = StepSizer(CPU, explore_every=0)
+    assert all(never.size(np.array([0.1, 0.05])).candidates == 0 for _ in range(64))
+    assert StepSizer(CPU).size(np.zeros(0)).candidates == 0  # nothing to explore with
+
+
+@pytest.mark.parametrize("every", [-1])
+def test_a_negative_explore_every_is_refused(every):
+    from mtpedge.runtime.tree_sizing import StepSizer
+
+    with pytest.raises(ValueError, match="explore_every"):
+        StepSizer(CPU, explore_every=every)

@@ -26,9 +26,13 @@ if [ "${1:-}" = "--fresh" ]; then
     bundle="${MTPEDGE_BUNDLE:-$("$python" -c 'from mtpedge.bundles import default_bundle_dir; print(default_bundle_dir(None, 1024))')}"
     decode=(--decode --bundle "$bundle")
     echo "regenerating the golden vectors from $("$python" -c 'import mtpedge, os; print(os.path.dirname(mtpedge.__file__))') ${decode[*]}"
-    "$python" "$here/../tools/make_golden.py" --out "$out/resources/golden" "${decode[@]}" 2>&1 \
-        | grep -v '^loaded ' || true
-    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "make_golden.py failed"; exit 1; }
+    # (the status is make_golden.py's: PIPESTATUS read after `|| true` is that of `true`, which let a failed
+    # regeneration replay the committed files unnoticed)
+    status=0
+    "$python" "$here/../tools/make_golden.py" --out "$out/resources/golden" "${decode[@]}" > "$out/make_golden.log" \
+        2>&1 || status=$?
+    grep -v '^loaded ' "$out/make_golden.log" || true
+    [ "$status" -eq 0 ] || { echo "make_golden.py failed (exit $status)"; exit 1; }
     resources="$out/resources"
 fi
 # The engine is compiled against the Java 8 library: the app runs it on Android 10 (API 29), whose library is

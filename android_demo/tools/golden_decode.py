@@ -115,9 +115,9 @@ def recording(engine: Engine, drafter):
         calls.append(call)
         return out
 
-    def commit(new_keys, new_values, slots):
+    def commit(new_keys, new_values, slots, rows_in_cache=0):
         commits.append({"call": len(calls) - 1, "slots": [int(s) for s in slots]})
-        return original_commit(new_keys, new_values, slots)
+        return original_commit(new_keys, new_values, slots, rows_in_cache)
 
     def verify(tree, logits, choose, trusted=None):
         path, token = original_verify(tree, logits, choose, trusted)

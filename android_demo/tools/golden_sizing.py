@@ -51,10 +51,10 @@ def size_cases(rng: np.random.Generator) -> list:
 def sizer_runs(rng: np.random.Generator) -> list:
     """Whole StepSizer runs: each step sizes a candidate list at a scripted time, then observes its outcome."""
     runs = []
-    for seconds in TABLES:
+    for seconds, explore_every in zip(TABLES, (32, 3, 5), strict=True):  # short runs: explore often enough to show
         times: list[float] = []
         now = 0.0
-        sizer = StepSizer(table(seconds), clock=lambda times=times: times[-1])
+        sizer = StepSizer(table(seconds), clock=lambda times=times: times[-1], explore_every=explore_every)
         spc, fixed = int(rng.integers(1, 4)), int(rng.integers(1, 3))
         steps = []
         for _ in range(30):
@@ -67,7 +67,8 @@ def sizer_runs(rng: np.random.Generator) -> list:
             sizer.observe(accepted, graph)
             steps.append({"time": now, "scores": s.tolist(), "size": size_json(size), "accepted": accepted,
                           "graph_seconds": graph, "calibration": sizer.calibration, "host_fixed": sizer.host.fixed})
-        runs.append({"seconds": {str(w): v for w, v in seconds.items()}, "slots_per_candidate": spc,
+        runs.append({"seconds": {str(w): v for w, v in seconds.items()}, "explore_every": explore_every,
+                     "explored_steps": sizer.explored, "slots_per_candidate": spc,
                      "fixed_slots": fixed, "steps": steps,
                      "predicted_tokens": sizer.predicted_tokens, "predicted_seconds": sizer.predicted_seconds,
                      "achieved_tokens": sizer.achieved_tokens, "achieved_seconds": sizer.achieved_seconds})

@@ -12,7 +12,9 @@ import java.util.function.DoubleSupplier;
  *   <li>host seconds per step, a running mean of (step time - graph time), go into every choice; a step is timed
  *       from one {@link #size} call to the next;</li>
  *   <li>candidate scores are scaled by a calibration, (accepted drafts + prior) / (predicted drafts + prior);</li>
- *   <li>predicted vs achieved tokens per second are kept for the run's stats.</li>
+ *   <li>predicted vs achieved tokens per second are kept for the run's stats;</li>
+ *   <li>after {@code exploreEvery} steps in a row that had candidates and kept none, one step keeps the best tree
+ *       of at least one candidate, so estimates that start too low can still learn (0 = never).</li>
  * </ul>
  * Call {@code size} once per step before the graph call and {@code observe} after it.
  */
@@ -32,13 +34,24 @@ public final class StepSizer {
     private Double started; // when the current step's size() ran
     private int observedAccepted = -1; // -1: the current step has not been observed yet
     private double observedGraphSeconds;
+    private final int exploreEvery;
+    private int idleSteps; // steps in a row that had candidates and kept none
+    private int explored;
 
     public StepSizer(CostTable costs) {
-        this(costs, 2.0, 0.9, () -> System.nanoTime() / 1e9);
+        this(costs, 2.0, 0.9, () -> System.nanoTime() / 1e9, 32);
     }
 
-    /** prior: pseudo-drafts of the calibration; hostDecay: weight of the old host estimate; clock: seconds. */
-    public StepSizer(CostTable costs, double prior, double hostDecay, DoubleSupplier clock) {
+    /**
+     * prior: pseudo-drafts of the calibration; hostDecay: weight of the old host estimate; clock: seconds;
+     * exploreEvery: idle steps before one exploring step (0 = never).
+     */
+    public StepSizer(CostTable costs, double prior, double hostDecay, DoubleSupplier clock, int exploreEvery) {
+        if (exploreEvery < 0) {
+            throw new IllegalArgumentException("exploreEvery is a number of steps >= 0 (0 = never explore), got "
+                    + exploreEvery);
+        }
+        this.exploreEvery = exploreEvery;
         this.costs = costs;
         this.hostDecay = hostDecay;
         this.clock = clock;
@@ -72,6 +85,20 @@ public final class StepSizer {
             scaled[i] = Math.min(1.0, Math.max(0.0, scores[i] * calibration));
         }
         TreeSizing.TreeSize size = TreeSizing.sizeTree(scaled, costs, slotsPerCandidate, fixedSlots, host);
+        boolean anyPositive = false;
+        for (double s : scores) {
+            anyPositive |= s > 0;
+        }
+        if (size.candidates == 0 && anyPositive) {
+            idleSteps++;
+            if (exploreEvery > 0 && idleSteps >= exploreEvery) {
+                size = TreeSizing.sizeTree(scaled, costs, slotsPerCandidate, fixedSlots, host, 1);
+                explored += size.candidates > 0 ? 1 : 0;
+            }
+        }
+        if (size.candidates > 0) {
+            idleSteps = 0;
+        }
         double[] best = scores.clone();
         java.util.Arrays.sort(best);
         for (int i = 0; i < best.length / 2; i++) { // best first, as np.sort(scores)[::-1]
@@ -110,6 +137,7 @@ public final class StepSizer {
         out.put("achieved_tokens_per_s", achievedSeconds > 0 ? achievedTokens / achievedSeconds : null);
         out.put("score_calibration", calibration());
         out.put("host_s_per_step", host.fixed);
+        out.put("explored_steps", explored);
         return out;
     }
 }

@@ -61,6 +61,12 @@ public final class TreeSizing {
      */
     public static TreeSize sizeTree(double[] scores, CostTable costs, int slotsPerCandidate, int fixedSlots,
                                     HostCost host) {
+        return sizeTree(scores, costs, slotsPerCandidate, fixedSlots, host, 0);
+    }
+
+    /** As above, keeping at least {@code minCandidates} where the scores and the widest graph allow (exploration). */
+    public static TreeSize sizeTree(double[] scores, CostTable costs, int slotsPerCandidate, int fixedSlots,
+                                    HostCost host, int minCandidates) {
         if (host == null) {
             host = new HostCost(0.0, 0.0);
         }
@@ -88,6 +94,9 @@ public final class TreeSizing {
         for (int n = 0; n <= most; n++) {
             if (n > 0) {
                 gain += sorted[sorted.length - n];
+            }
+            if (n < Math.min(minCandidates, most)) {
+                continue;
             }
             int slots = fixedSlots + n * slotsPerCandidate;
             int width = widest;

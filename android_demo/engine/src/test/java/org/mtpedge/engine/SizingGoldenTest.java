@@ -40,7 +40,8 @@ public class SizingGoldenTest {
     public void testStepSizerRunsMatchPython() {
         for (Map<String, Object> run : Golden.cases(golden, "step_sizer")) {
             double[] now = {0};
-            StepSizer sizer = new StepSizer(table(run), 2.0, 0.9, () -> now[0]);
+            StepSizer sizer = new StepSizer(table(run), 2.0, 0.9, () -> now[0],
+                    Golden.integer(run, "explore_every"));
             int spc = Golden.integer(run, "slots_per_candidate");
             int fixed = Golden.integer(run, "fixed_slots");
             int step = 0;
@@ -57,6 +58,7 @@ public class SizingGoldenTest {
                     stats.get("predicted_tokens_per_s"), "predicted tokens/s");
             Check.equal(Golden.number(run, "achieved_tokens") / Golden.number(run, "achieved_seconds"),
                     stats.get("achieved_tokens_per_s"), "achieved tokens/s");
+            Check.equal(Golden.integer(run, "explored_steps"), stats.get("explored_steps"), "exploring steps");
         }
     }
 
