@@ -31,6 +31,8 @@ def input_second_moments(model: onnx.ModelProto, feeds: list[dict[str, np.ndarra
     outputs = {o.name for o in probe.graph.output}
     probe.graph.output.extend(helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT, None)
                               for t in tensors if t not in outputs)
+    if not tensors:  # session.run([]) would return every output, not none
+        return {}
     session = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
     moments: dict[str, np.ndarray] = {}
     for call in feeds:
@@ -69,6 +71,8 @@ def gptq_weights(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]],
     """GPTQ for the MatMuls named in bits_of (node name -> bits): node name -> (rounded weights, scales, bits)."""
     inits = {t.name: t for t in model.graph.initializer}
     nodes = [n for n in model.graph.node if n.op_type == "MatMul" and n.name in bits_of and n.input[1] in inits]
+    if not nodes:  # every weight 16-bit (or none named): nothing to round, and no tensor to probe
+        return {}
     moments = input_second_moments(model, feeds, sorted({n.input[0] for n in nodes}))
     return {n.name: (*gptq_round(numpy_helper.to_array(inits[n.input[1]]), moments[n.input[0]], bits_of[n.name]),
                      bits_of[n.name]) for n in nodes}

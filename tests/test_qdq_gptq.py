@@ -107,3 +107,21 @@ def test_smoothing_keeps_the_float_graph_and_flattens_the_norm_outputs(tiny_bund
         np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4)
     spread = {name: v.max() / np.median(v) for name, v in before.items()}
     assert np.mean([after[name].max() / np.median(after[name]) < spread[name] for name in before]) > 0.9
+
+
+def test_a_recipe_with_every_weight_16_bit_has_nothing_for_gptq_and_still_quantizes(tiny_bundle, tmp_path):
+    """All seven projections and the LM head at 16 bits (the HTP's 16 x 8-bit products differ from their
+    emulation, results/quant/smollm2.md): GPTQ has no 8-bit matrix to round, and the bundle is written."""
+    from mtpedge.export.qdq import QdqConfig
+    from mtpedge.export.qdq_bundle import qdq_bundle
+    from mtpedge.export.qdq_gptq import gptq_weights, input_second_moments
+
+    assert input_second_moments(onnx.ModelProto(), [{}], []) == {}
+    assert gptq_weights(onnx.ModelProto(), [{}], {}) == {}
+    every = ("lm_head", "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    out = qdq_bundle(tiny_bundle("llama"), tmp_path / "qdq", QdqConfig(wide_weights=every), quality=False)
+    manifest = read_manifest(out)
+    assert manifest.extras["qdq"]["gptq_weights"] == 0
+    int8 = [name for name, value in matmul_weights(out, manifest.graphs[0]).items()
+            if isinstance(value, tuple)]
+    assert int8 == []
