@@ -83,9 +83,6 @@ class QdqConfig:
     wide_weights: tuple[str, ...] = ("lm_head", "v_proj", "down_proj")
     gptq: bool = True  # round the 8-bit weights by GPTQ on the calibration inputs (qdq_gptq.py)
     smooth_alpha: float = 0.0  # SmoothQuant strength for the norms' outputs (qdq_smooth.py); 0 = not smoothed
-    # the attention's two activation products (q.K, probabilities.V) float: fp16 on the HTP, whose 16 x 16-bit
-    # fixed-point products differed from their emulation by 1-2.6% (benchmarks/results/quant/smollm2.md)
-    float16_attention: bool = False
 
     def __post_init__(self) -> None:
         if self.calibration not in CALIBRATION_SOURCES:

@@ -19,15 +19,12 @@ fp16 RMSNorm kept the 24875-valued row without overflow (max error 0.007 on outp
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import helper
 
 STREAM_INPUT = "inputs_embeds"
-ATTENTION_PRODUCT = re.compile(r"/self_attn/MatMul(_\d+)?$")  # not the projections' .../q_proj/MatMul
 NORM = "SimplifiedLayerNormalization"  # what fuse_rms_norms writes
 
 
@@ -91,18 +88,10 @@ def outlier_nodes(model: onnx.ModelProto, stats: dict[str, tuple[float, float]],
     return picked
 
 
-def attention_product_nodes(model: onnx.ModelProto) -> list[str]:
-    """The MatMuls of two activations in each attention block (scores q.K and probabilities.V, as traced)."""
-    return [n.name for n in model.graph.node if n.op_type == "MatMul" and ATTENTION_PRODUCT.search(n.name)]
-
-
 def float16_nodes(model: onnx.ModelProto, stats: dict[str, tuple[float, float]] | None, residual: bool,
-                  outlier_ratio: float, attention: bool = False) -> list[str]:
-    """The nodes to leave unquantized (fp16 on the HTP), sorted: the stream if `residual`, the outliers, and
-    the attention products if `attention`."""
+                  outlier_ratio: float) -> list[str]:
+    """The nodes to leave unquantized (fp16 on the HTP), sorted: the stream if `residual`, then outliers."""
     names = stream_nodes(model) if residual else []
     if outlier_ratio > 0 and stats:
         names += outlier_nodes(model, stats, outlier_ratio)
-    if attention:
-        names += attention_product_nodes(model)
     return sorted(set(names))

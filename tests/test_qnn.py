@@ -227,27 +227,3 @@ def test_compiling_a_float_bundle_is_refused(tiny_bundle, tmp_path):
 
     with pytest.raises(ValueError, match="not a QDQ bundle"):
         compile_qnn_bundle(tiny_bundle("llama"), tmp_path / "x", "snapdragon-8-elite")
-
-
-def test_float16_attention_leaves_the_two_attention_products_float(tiny_bundle, tmp_path):
-    """QdqConfig(float16_attention=True): q.K and probabilities.V of every layer stay float (fp16 on the HTP);
-    the projections stay quantized, and the bundle still decodes."""
-    src = tiny_bundle("llama")
-    out = qdq_bundle(src, tmp_path / "qdq", QdqConfig(float16_attention=True), quality=False)
-    manifest = read_manifest(out)
-    products = [n for n in manifest.extras["qdq"]["float16_nodes"] if n.endswith(("/self_attn/MatMul",
-                                                                                    "/self_attn/MatMul_1"))]
-    assert len(products) == 2 * manifest.config.num_layers
-    model = onnx.load(str(out / manifest.graphs[0].file))
-    readers = {}
-    for node in model.graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node.op_type)
-    by_name = {n.name: n for n in model.graph.node}
-    for name in products:
-        assert "QuantizeLinear" not in readers.get(by_name[name].output[0], [])
-    projections = [n for n in model.graph.node if n.name.endswith("/q_proj/MatMul")]
-    assert projections and all("QuantizeLinear" in readers[n.output[0]] for n in projections)
-    engine = Engine.load(out)
-    ids = list(range(3, 3 + 12))
-    assert np.isfinite(sequence_logits(engine, ids)).all()
