@@ -84,14 +84,22 @@ def recorded_feeds(float_bundle: str, tokens: int) -> dict[str, np.ndarray]:
     return captured["feeds"]
 
 
-def run(model: bytes, feeds: dict, names: list[str], qnn_manifest=None) -> dict[str, np.ndarray]:
+def session_for(model: bytes, qnn_manifest=None) -> ort.InferenceSession:
+    """One thread on the CPU, or the HTP simulator (CPU fallback disabled) when a QNN manifest is given."""
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
-    if qnn_manifest is not None:
-        add_qnn_provider(opts, qnn_manifest)
-        session = ort.InferenceSession(model, opts)
-    else:
-        session = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+    if qnn_manifest is None:
+        return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+    add_qnn_provider(opts, qnn_manifest)
+    return ort.InferenceSession(model, opts)
+
+
+def first_output(model: bytes, feeds: dict, qnn_manifest=None) -> np.ndarray:
+    return np.asarray(session_for(model, qnn_manifest).run(None, feeds)[0], np.float64)
+
+
+def run(model: bytes, feeds: dict, names: list[str], qnn_manifest=None) -> dict[str, np.ndarray]:
+    session = session_for(model, qnn_manifest)
     wanted = {i.name for i in session.get_inputs()}
     out = session.run(["logits", *names], {k: v for k, v in feeds.items() if k in wanted})
     return dict(zip(["logits", *names], (np.asarray(o, np.float64) for o in out), strict=True))
@@ -117,7 +125,7 @@ def isolated_down_proj(layer: int, float_path: Path, qdq_bundle: str, feeds: dic
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
                               [numpy_helper.from_array(w, "w")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9).SerializeToString()
-    htp = run_plain(model, {"x": x}, read_manifest(qdq_bundle))
+    htp = first_output(model, {"x": x}, read_manifest(qdq_bundle))
     exact = x.astype(np.float64) @ w.astype(np.float64)
     half = x.astype(np.float16).astype(np.float64) @ w.astype(np.float16).astype(np.float64)
     outlier_rows = np.abs(x[0]).max(-1) > 50 * np.percentile(np.abs(x), 99.9)
@@ -147,9 +155,7 @@ def isolated_blocks(layers: list[int], qdq_path: Path, qnn_manifest, feeds: dict
             block_feeds = {i.name: cpu[source].astype(np.float32) if i.name == source else feeds[i.name]
                            for i in kept}
             data = sub.SerializeToString()
-            on_cpu = np.asarray(ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(
-                None, block_feeds)[0], np.float64)
-            on_htp = run_plain(data, block_feeds, qnn_manifest)
+            on_cpu, on_htp = first_output(data, block_feeds), first_output(data, block_feeds, qnn_manifest)
             found.append({"layer": layer, "block": block, "htp_vs_cpu": rel(on_htp, on_cpu),
                           "htp_vs_cpu_after_first_token": rel(on_htp[:, 1:], on_cpu[:, 1:])})
             print(f"layer {layer} {block}: htp/cpu {found[-1]['htp_vs_cpu']:.2e} "
@@ -201,20 +207,12 @@ def isolated_ops(layers: list[int], kinds: list[str], qdq_path: Path, qnn_manife
     for name, inputs, target in spans:
         sub = extractor.extract_model(inputs, [target]).SerializeToString()
         span_feeds = {i: values[i].astype(np.float32) for i in inputs}
-        on_cpu = np.asarray(ort.InferenceSession(sub, providers=["CPUExecutionProvider"]).run(None, span_feeds)[0],
-                            np.float64)
-        on_htp = run_plain(sub, span_feeds, qnn_manifest)
+        on_cpu, on_htp = first_output(sub, span_feeds), first_output(sub, span_feeds, qnn_manifest)
         found.append({"node": name, "htp_vs_cpu": rel(on_htp, on_cpu),
                       "max_abs_difference": float(np.abs(on_htp - on_cpu).max())})
         print(f"{name}: htp/cpu {found[-1]['htp_vs_cpu']:.2e}, max |diff| {found[-1]['max_abs_difference']:.3g}",
               file=sys.stderr, flush=True)
     return found
-
-
-def run_plain(model: bytes, feeds: dict, qnn_manifest) -> np.ndarray:
-    opts = ort.SessionOptions()
-    add_qnn_provider(opts, qnn_manifest)
-    return np.asarray(ort.InferenceSession(model, opts).run(None, feeds)[0], np.float64)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -235,14 +233,14 @@ def main(argv: list[str] | None = None) -> int:
         found = [isolated_down_proj(layer, float_path, args.qdq_bundle, feeds) for layer in layers]
         emit_result({"float_bundle": args.float_bundle, "qdq_bundle": args.qdq_bundle, "isolated": found}, args.out)
         return 0
-    qdq_names = stream_names(onnx.load(str(qdq_path), load_external_data=False))
-    names = [n for n in stream_names(onnx.load(str(float_path), load_external_data=False)) if n in qdq_names]
-    print(f"{len(names)} stream tensors; running float32, CPU QDQ, HTP QDQ", file=sys.stderr, flush=True)
     if args.ops:
         layers = [int(layer) for layer in (args.blocks or "0").split(",")]
         found = isolated_ops(layers, args.ops.split(","), qdq_path, read_manifest(args.qdq_bundle), feeds)
         emit_result({"float_bundle": args.float_bundle, "qdq_bundle": args.qdq_bundle, "ops": found}, args.out)
         return 0
+    qdq_names = stream_names(onnx.load(str(qdq_path), load_external_data=False))
+    names = [n for n in stream_names(onnx.load(str(float_path), load_external_data=False)) if n in qdq_names]
+    print(f"{len(names)} stream tensors; running float32, CPU QDQ, HTP QDQ", file=sys.stderr, flush=True)
     qdq_model = with_outputs(qdq_path, names)
     cpu = run(qdq_model, feeds, names)
     if args.blocks:

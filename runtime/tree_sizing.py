@@ -98,8 +98,7 @@ class StepSizer:
       from one `size` call to the next, so everything the loop does between two graph calls counts;
     - candidate scores are scaled by a calibration, (accepted drafts + prior) / (predicted drafts + prior),
       since a drafter's scores (a mask's softmax, Laplace-smoothed lookup rates) can be over- or underconfident;
-    - predicted vs achieved tokens per second are kept for the run's stats.
-
+    - predicted vs achieved tokens per second are kept for the run's stats;
     - after `explore_every` steps in a row that had candidates and kept none, one step keeps the best tree of at
       least one candidate (see the module docstring); 0 = never.
 
