@@ -34,8 +34,9 @@ def machine_description(engine: Engine) -> str:
 
     threads = engine.graphs.threads or "default"
     providers = ",".join(p if isinstance(p, str) else p[0] for p in engine.graphs.providers)
+    options = ", ".join(f"{k}={v}" for k, v in sorted(engine.graphs.session_options.items()))
     return (f"{_cpu_model()}, {os.cpu_count()} cores, {platform.machine()}, onnxruntime {onnxruntime.__version__} "
-            f"{providers}, {threads} threads")
+            f"{providers}, {threads} threads" + (f" ({options})" if options else ""))
 
 
 def _cpu_model() -> str:

@@ -16,6 +16,14 @@ from .qnn import DISABLE_CPU_FALLBACK, QNN_EP, add_qnn_provider, check_qnn_bundl
 
 log = logging.getLogger(__name__)
 
+# Every graph is its own session with its own intra-op thread pool, and onnxruntime's workers spin for a while
+# after a run. A drafter's steps switch widths, so the last width's spinning workers took the cores from the
+# next call: at 2 threads a width-1 call between width-4 calls cost 28.8 ms instead of 13.6, and the cost table
+# read a width-4 call at 2.9x a width-1 call instead of 1.5x. With the workers stopped when a run returns,
+# cost-aware lookup went from 1.055x to 1.172x plain decoding, and plain decoding itself did not change
+# (0.996x): benchmarks/results/fast/spinning/ab_2threads.json. One thread has no pool, so nothing changes there.
+SESSION_DEFAULTS = {"session.force_spinning_stop": "1"}
+
 
 @dataclass
 class GraphOutput:
@@ -43,7 +51,7 @@ class GraphSet:
         self.entries = sorted(manifest.graphs, key=lambda g: g.width)
         self.threads = threads
         self.providers = providers or ["CPUExecutionProvider"]
-        self.session_options = session_options or {}
+        self.session_options = {**SESSION_DEFAULTS, **(session_options or {})}
         check_qnn_bundle(manifest, self.providers)
         self._sessions: dict[str, ort.InferenceSession] = {}
         self._in_place: dict[str, _InPlaceCall] = {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -111,3 +112,18 @@ def test_measuring_a_bucketed_bundle_runs_the_full_context_graphs(tiny_model_dir
     table = measure_cost_table(engine, repeats=1, warmup=0)
     assert sorted(table.seconds) == [1, 8] and used == ["decode_ar1_cl64", "decode_ar8_cl64"]
     assert engine.cache.n_past == 0
+
+
+def test_sessions_stop_spinning_after_a_run_unless_the_caller_says_otherwise(tiny_bundle):
+    # a drafter's steps switch widths, and one width's spinning workers slowed the next width's call ~2x at
+    # 2 threads (runtime/graphs.SESSION_DEFAULTS); a caller's own session options still win
+    engine = Engine.load(tiny_bundle("llama"), threads=2)
+    entry = engine.graphs.entries[0]
+    assert engine.graphs.session(entry).get_session_options().get_session_config_entry(
+        "session.force_spinning_stop") == "1"
+    spinning = Engine.load(tiny_bundle("llama"), threads=2, session_options={"session.force_spinning_stop": "0"})
+    assert spinning.graphs.session(entry).get_session_options().get_session_config_entry(
+        "session.force_spinning_stop") == "0"
+    # the option is part of the machine description, so tables measured with another setting are not reused
+    assert "session.force_spinning_stop=1" in measure_cost_table(engine, repeats=1, warmup=0).device
+    assert cache_file(engine, Path("c")) != cache_file(spinning, Path("c"))

@@ -8,6 +8,7 @@ public class OrtSession implements AutoCloseable {
     public static class SessionOptions implements AutoCloseable {
         public SessionOptions() { }
         public void setIntraOpNumThreads(int numThreads) throws OrtException { }
+        public void addConfigEntry(String key, String value) throws OrtException { }
         public void addQnn(java.util.Map<String, String> providerOptions) throws OrtException { }
         @Override public void close() { }
     }

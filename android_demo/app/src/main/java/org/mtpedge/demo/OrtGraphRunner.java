@@ -55,6 +55,9 @@ final class OrtGraphRunner implements GraphRunner {
             for (GraphEntry graph : manifest.graphs) {
                 OrtSession.SessionOptions options = new OrtSession.SessionOptions();
                 options.setIntraOpNumThreads(threads);
+                // each graph has its own thread pool: workers left spinning after one width's run slowed the
+                // next width's call ~2x at 2 threads (runtime/graphs.py SESSION_DEFAULTS has the figures)
+                options.addConfigEntry("session.force_spinning_stop", "1");
                 if (useQnn) {
                     Map<String, String> qnn = new HashMap<>();
                     qnn.put("backend_path", "libQnnHtp.so");
