@@ -3,8 +3,10 @@
 
 An answer is on topic when it names the answer (the greedy answers all do). The same questions and seeds at
 what such a request got before (temperature 1.0, no truncation: "lessovernbinding", "Mikasa, Japan's capital")
-are the contrast. Measured on this machine: 24 of 40 with the defaults, 8 of 40 before
-(benchmarks/results/sampling/on-topic-5q8s.log); the bounds leave room for another machine's draws.
+are the contrast. On the default (quantized) bundle, 24 seeds: 56 of 120 with the defaults, 32 of 120 before
+(benchmarks/results/sampling/on-topic-fast-5q24s.log). Eight seeds were too few: 17 vs 9 of 40 (drawn alike
+in CI and here) failed a bound of 45% set on the float bundle's 24 of 40. The gap bound, 10 of 120, sits about
+two standard errors below the measured gap of 24.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ QUESTIONS = [("Name the capital of Japan in one word.", ["tokyo"]),
              ("What color is the sky on a clear day?", ["blue"]),
              ("Which planet is known as the Red Planet?", ["mars"]),
              ("What is 2 + 2?", ["4", "four"])]
-SEEDS = range(8)
+SEEDS = range(24)
 
 
 def on_topic(client, model: str, **sampling) -> int:
@@ -42,6 +44,6 @@ def test_sampled_answers_to_simple_questions_stay_on_topic(smollm2_bundle):
         with_defaults = on_topic(client, model)  # no temperature, no truncation named
         before = on_topic(client, model, temperature=1.0, extra_body={"top_k": 0, "top_p": 1.0, "min_p": 0.0})
         total = len(QUESTIONS) * len(SEEDS)
-        assert with_defaults >= total * 0.45 and before <= total * 0.33, (with_defaults, before)
+        assert with_defaults >= total * 0.35 and with_defaults - before >= total * 0.08, (with_defaults, before)
     finally:
         live.close()
