@@ -232,7 +232,7 @@ def _settings_record(settings: BenchSettings, engine: Engine, planned: int, sele
         "peer_model": str(settings.model) if settings.model else None,
         "peer_model_check": model_note, "lookup_tokens": settings.lookup_tokens, "quick": settings.quick,
         "speedup_definition": "mean per-turn decode tokens/s of the method / that of `none`, same turns",
-        "cost_table": engine.cost_table.to_json(),
+        "cost_table": engine.cost_table.to_json() if engine.cost_table else None,
     }
 
 

@@ -78,6 +78,10 @@ class QdqConfig:
     calibration: str = "self-distilled"  # the model's own answers to the project's prompts, or "texts"
     float16_stream: bool = True  # residual stream + its norms unquantized: fp16 on the HTP (qdq_float16.py)
     outlier_ratio: float = 50.0  # around tensors with max|x| > ratio x p99.9|x|: fp16 too; 0 = none
+    # each layer's attention core (q.K .. probabilities.V) fp16 (qdq_float16.attention_core_nodes): on the HTP
+    # simulator top-1 vs float32 96.39% -> 97.78% held text, 94.59% -> 97.45% Spec-Bench, perplexity +1.55% ->
+    # +0.21% / +2.71% -> +0.15% (benchmarks/results/quant/smollm2.md, smollm2-qdq512-attfp16-quality-htp.json)
+    float_attention: bool = True
     # weights of these modules (a path segment of their MatMul's name, as the exporter writes Hugging Face
     # module names) get 16-bit per-channel weights: the most sensitive ones (qdq_recipe.md)
     wide_weights: tuple[str, ...] = ("lm_head", "v_proj", "down_proj")

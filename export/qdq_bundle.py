@@ -218,7 +218,8 @@ def qdq_bundle(src: str | Path, out_dir: str | Path, config: QdqConfig | None = 
                 if fixed is None:
                     stats = (activation_statistics(model, [feeds for feeds, _ in calls[:4]])
                              if config.outlier_ratio > 0 else None)
-                    float_nodes = float16_nodes(model, stats, config.float16_stream, config.outlier_ratio)
+                    float_nodes = float16_nodes(model, stats, config.float16_stream, config.outlier_ratio,
+                                                config.float_attention)
                     if config.smooth_alpha:  # the float function is unchanged: the recorded calls stay valid
                         smoothing = smoothing_factors(model, [feeds for feeds, _ in calls], float_nodes,
                                                       config.smooth_alpha)

@@ -88,10 +88,49 @@ def outlier_nodes(model: onnx.ModelProto, stats: dict[str, tuple[float, float]],
     return picked
 
 
+def attention_core_nodes(model: onnx.ModelProto) -> list[str]:
+    """Each layer's attention between the projections: K's transpose, q.K, the reshapes, the bias Add, Softmax,
+    probabilities.V and the reshape after it.
+
+    The whole chain, so that no QuantizeLinear sits inside it: leaving only the two products float changed
+    nothing, because onnxruntime moved the Q after each product's Reshape back onto the product
+    (benchmarks/results/quant/smollm2.md).
+    """
+    producer = {out: node for node in model.graph.node for out in node.output}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+
+    picked: list[str] = []
+    for softmax in (n for n in model.graph.node if n.op_type == "Softmax"):
+        chain, node = [softmax], softmax
+        while (up := producer.get(node.input[0])) is not None and up.op_type in ("Add", "Reshape"):
+            chain.append(up)
+            node = up
+        if up is None or up.op_type != "MatMul":
+            continue
+        chain.append(up)
+        chain += [producer[name] for name in up.input if name in producer and producer[name].op_type == "Transpose"]
+        node = softmax
+        while len(after := consumers.get(node.output[0], [])) == 1 and after[0].op_type in ("Reshape", "MatMul"):
+            chain.append(after[0])
+            node = after[0]
+            if node.op_type == "MatMul":
+                nxt = consumers.get(node.output[0], [])
+                chain += [n for n in nxt if n.op_type == "Reshape"]
+                break
+        picked += [n.name for n in chain]
+    return picked
+
+
 def float16_nodes(model: onnx.ModelProto, stats: dict[str, tuple[float, float]] | None, residual: bool,
-                  outlier_ratio: float) -> list[str]:
-    """The nodes to leave unquantized (fp16 on the HTP), sorted: the stream if `residual`, then outliers."""
+                  outlier_ratio: float, attention: bool = False) -> list[str]:
+    """The nodes to leave unquantized (fp16 on the HTP), sorted: the stream if `residual`, outliers, and each
+    layer's attention core if `attention`."""
     names = stream_nodes(model) if residual else []
     if outlier_ratio > 0 and stats:
         names += outlier_nodes(model, stats, outlier_ratio)
+    if attention:
+        names += attention_core_nodes(model)
     return sorted(set(names))

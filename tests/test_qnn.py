@@ -65,12 +65,27 @@ def test_qdq_bundle_ties_kv_encodings_and_records_them(qdq_tiny):
         for layer in range(manifest.config.num_layers):
             assert encodings[past_key_name(layer)] == encodings[new_key_name(layer)], graph
             assert encodings[past_value_name(layer)] == encodings[new_value_name(layer)], graph
-        bias = encodings["attention_bias"]  # exactly [mask, 0] on the uint16 grid
-        assert bias["dtype"] == "uint16" and bias["zero_point"] == 65535
-        assert bias["scale"] * 65535 == pytest.approx(-QDQ_MASK_VALUE, rel=1e-6)
+        # the bias feeds only the attention core, which the recipe keeps fp16 (QdqConfig.float_attention)
+        assert "attention_bias" not in encodings
         assert encodings["logits"]["dtype"] == "uint16"
     quality = manifest.extras["quality"]
     assert quality["perplexity"]["quantized"] > 0 and 0 <= quality["top1_agreement"] <= 1
+
+
+def test_the_attention_core_stays_float_from_scores_to_probabilities_times_v(qdq_tiny):
+    """No QuantizeLinear inside q.K -> bias -> Softmax -> probabilities.V: the HTP runs it in fp16. Leaving only
+    the two products float did nothing, since onnxruntime moved a Reshape's Q back onto the product."""
+    from mtpedge.export.qdq_float16 import attention_core_nodes
+
+    manifest = read_manifest(qdq_tiny)
+    model = onnx.load(str(qdq_tiny / manifest.graphs[0].file))
+    core = set(attention_core_nodes(model))
+    assert sum(1 for n in model.graph.node if n.op_type == "Softmax") == manifest.config.num_layers
+    assert len(core) >= 6 * manifest.config.num_layers
+    producer = {out: n for n in model.graph.node for out in n.output}
+    for node in model.graph.node:
+        if node.name in core and node.op_type in ("Softmax", "Add", "Reshape"):
+            assert all(producer[i].op_type != "DequantizeLinear" for i in node.input if i in producer), node.name
 
 
 def test_every_width_takes_the_widest_graphs_activation_encodings(qdq_tiny):
