@@ -75,10 +75,7 @@ def sums_in_nbits(model: onnx.ModelProto) -> None:
                              accuracy_level=attrs["accuracy_level"]),
             helper.make_node("Split", [wide, names[2]], [blocks_out, sums], name=wide + ".split", axis=-1)]
         dropped |= {reduce.name, producer[reduce.input[0]].name}
-    nodes = []
-    for node in model.graph.node:
-        nodes += replaced.get(node.name, [] if node.name in dropped else [node])
-    _set_nodes(model, nodes)
+    _splice(model, replaced, dropped)
 
 
 def attention_op(model: onnx.ModelProto) -> None:
@@ -95,14 +92,19 @@ def attention_op(model: onnx.ModelProto) -> None:
                           f"present_value_{layer}", "attention_bias"], list(last.output), name=prefix + "attention",
             scale=float(scale))]
         dropped |= {prefix + name for name in core}
-    nodes = []
-    for node in model.graph.node:
-        nodes += replaced.get(node.name, [] if node.name in dropped else [node])
-    _set_nodes(model, nodes)
+    _splice(model, replaced, dropped)
     for opset in model.opset_import:
         if opset.domain in ("", "ai.onnx"):
             opset.version = 23
     model.ir_version = max(model.ir_version, 10)
+
+
+def _splice(model: onnx.ModelProto, replaced: dict[str, list[onnx.NodeProto]], dropped: set[str]) -> None:
+    """Put each `replaced` node's new nodes in its place and leave out the `dropped` ones."""
+    nodes = []
+    for node in model.graph.node:
+        nodes += replaced.get(node.name, [] if node.name in dropped else [node])
+    _set_nodes(model, nodes)
 
 
 def _set_nodes(model: onnx.ModelProto, nodes: list[onnx.NodeProto]) -> None:

@@ -28,12 +28,19 @@ STREAM_INPUT = "inputs_embeds"
 NORM = "SimplifiedLayerNormalization"  # what fuse_rms_norms writes
 
 
-def residual_adds(model: onnx.ModelProto) -> list[onnx.NodeProto]:
-    """The Adds of the residual stream in order: from inputs_embeds, each time the one Add reading the stream."""
+def _links(model: onnx.ModelProto) -> tuple[dict[str, onnx.NodeProto], dict[str, list[onnx.NodeProto]]]:
+    """(the node producing each tensor, the nodes reading each tensor)."""
+    producer = {out: node for node in model.graph.node for out in node.output}
     consumers: dict[str, list[onnx.NodeProto]] = {}
     for node in model.graph.node:
         for name in node.input:
             consumers.setdefault(name, []).append(node)
+    return producer, consumers
+
+
+def residual_adds(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """The Adds of the residual stream in order: from inputs_embeds, each time the one Add reading the stream."""
+    _, consumers = _links(model)
     adds, stream = [], STREAM_INPUT
     while True:
         step = [n for n in consumers.get(stream, []) if n.op_type == "Add"]
@@ -78,7 +85,7 @@ def activation_statistics(model: onnx.ModelProto, feeds: list[dict[str, np.ndarr
 def outlier_nodes(model: onnx.ModelProto, stats: dict[str, tuple[float, float]], ratio: float,
                   min_magnitude: float = 8.0) -> list[str]:
     """Producers and consumers of tensors whose largest |x| (at least min_magnitude) exceeds ratio x p99.9."""
-    producer = {out: node for node in model.graph.node for out in node.output}
+    producer, _ = _links(model)
     picked: list[str] = []
     for node in model.graph.node:
         for name in node.input:
@@ -96,30 +103,28 @@ def attention_core_nodes(model: onnx.ModelProto) -> list[str]:
     nothing, because onnxruntime moved the Q after each product's Reshape back onto the product
     (benchmarks/results/quant/smollm2.md).
     """
-    producer = {out: node for node in model.graph.node for out in node.output}
-    consumers: dict[str, list[onnx.NodeProto]] = {}
-    for node in model.graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
+    producer, consumers = _links(model)
+
+    def only_reader(node: onnx.NodeProto) -> onnx.NodeProto | None:
+        readers = consumers.get(node.output[0], [])
+        return readers[0] if len(readers) == 1 else None
 
     picked: list[str] = []
     for softmax in (n for n in model.graph.node if n.op_type == "Softmax"):
-        chain, node = [softmax], softmax
-        while (up := producer.get(node.input[0])) is not None and up.op_type in ("Add", "Reshape"):
-            chain.append(up)
-            node = up
-        if up is None or up.op_type != "MatMul":
+        chain, scores = [softmax], producer.get(softmax.input[0])
+        while scores is not None and scores.op_type in ("Add", "Reshape"):  # bias Add, scores' reshape
+            chain.append(scores)
+            scores = producer.get(scores.input[0])
+        if scores is None or scores.op_type != "MatMul":
             continue
-        chain.append(up)
-        chain += [producer[name] for name in up.input if name in producer and producer[name].op_type == "Transpose"]
-        node = softmax
-        while len(after := consumers.get(node.output[0], [])) == 1 and after[0].op_type in ("Reshape", "MatMul"):
-            chain.append(after[0])
-            node = after[0]
-            if node.op_type == "MatMul":
-                nxt = consumers.get(node.output[0], [])
-                chain += [n for n in nxt if n.op_type == "Reshape"]
-                break
+        chain += [scores] + [producer[name] for name in scores.input
+                             if name in producer and producer[name].op_type == "Transpose"]  # K's transpose
+        values = only_reader(softmax)
+        while values is not None and values.op_type == "Reshape":
+            chain.append(values)
+            values = only_reader(values)
+        if values is not None and values.op_type == "MatMul":  # probabilities.V, then its reshape
+            chain += [values] + [n for n in consumers.get(values.output[0], []) if n.op_type == "Reshape"]
         picked += [n.name for n in chain]
     return picked
 
