@@ -19,7 +19,7 @@ from .graphs import GraphOutput
 from .kv_cache import ContextOverflowError
 from .sampling import Sampler, SamplingConfig
 from .tree import DraftTree
-from .verify import accepted_tokens, verify_tree
+from .verify import accepted_tokens, untrusted_extension, verify_tree
 
 OVERFLOW_POLICIES = ("error", "stop")
 LOSSY_WARNING = ("{name} is LOSSY: its drafted tokens are emitted without verification, so the output differs from "
@@ -53,6 +53,7 @@ class GenerationStats:
     drafter_settings: dict = field(default_factory=dict)
     lossless: bool = True  # False: a lossy drafter's tokens were emitted unverified
     sizing: dict | None = None  # a cost-aware drafter's cost model and predicted vs achieved tokens/s
+    carried_blocks: int = 0  # decode calls led by drafts the call before accepted on untrusted rows
 
     @property
     def forward_calls(self) -> int:
@@ -106,6 +107,7 @@ class GenerationStats:
             "drafter_settings": self.drafter_settings,
             "lossless": self.lossless,
             "sizing": self.sizing,
+            "carried_blocks": self.carried_blocks,
         }
 
 
@@ -186,6 +188,7 @@ def generate(
     emit, context = output.emit, output.context
     root = sampler.choose(judge(out)[-1])
     done = emit([root])
+    carry: list[int] = []  # drafts the last call's untrusted rows accepted after the root: this block's lead
     while not done:
         if should_stop and should_stop():
             stats.finish_reason = "cancelled"
@@ -197,17 +200,24 @@ def generate(
             engine.cache.ensure_room(engine.cache.free + 1)
         # the last free position: one plain step (a tree's padding rows would find no free cache column)
         drafting = drafter is not None and engine.cache.free > 1
-        tree, slot_embeddings = drafter.propose(context, root) if drafting else (DraftTree.single(root), None)
-        out = engine.run_tree(tree, slot_embeddings, lora_on_slots=drafter.lora_on_slots if drafting else False)
+        block = _propose(drafter, engine, context, root, carry) if drafting else _Block(DraftTree.single(root))
+        tree = block.tree
+        out = engine.run_tree(tree, block.slot_embeddings, lora_on_slots=drafter.lora_on_slots if drafting else False)
         stats.decode_calls += 1
         # only rows plain decoding would compute bit for bit are read: the block's leading chain inside the context
-        full_path, root = verify_tree(tree, judge(out) if drafting else out.logits, sampler.choose, out.plain_rows)
+        logits = judge(out) if drafting else out.logits
+        full_path, root = verify_tree(tree, logits, sampler.choose, out.plain_rows)
         path = full_path[: engine.cache.free]
+        carry = []
         if len(path) < len(full_path):  # no room for the whole path: the first node left out becomes the root
             root = int(tree.tokens[full_path[len(path)]])
+        elif drafting and not lossy:
+            nodes, carry = untrusted_extension(tree, logits, path, root, out.plain_rows)
+            path_seen = path + nodes
         engine.commit(out, path)
         if drafting:
-            drafter.observe(tree, out, path)
+            block.observe(drafter, out, path_seen if carry else path)
+        stats.carried_blocks += block.lead > 0
         drafts = [int(t) for t in accepted_tokens(tree, path)]
         stats.accepted_histogram[len(drafts)] += 1
         done = emit(drafts + [root])
@@ -217,6 +227,44 @@ def generate(
         stats.sizing = drafter.sizer.stats()
     stats.graph_seconds = engine.graph_seconds - graph0
     return GenerationResult(output.new, stats)
+
+
+@dataclass
+class _Block:
+    """One decode call's tree: the drafter's own (`own`), led by `lead` nodes, the root and the drafts carried
+    from the call before but the last, which roots `own` (lead 0: the drafter's tree as it is)."""
+
+    tree: DraftTree
+    slot_embeddings: np.ndarray | None = None
+    own: DraftTree | None = None
+    lead: int = 0
+
+    def observe(self, drafter: Drafter, out: GraphOutput, path: list[int]) -> None:
+        """Show the drafter its own tree's rows and path; nothing when the block failed before reaching it."""
+        if self.lead == 0:
+            drafter.observe(self.tree, out, path)
+        elif len(path) > self.lead:
+            drafter.observe(self.own, out.rows_from(self.lead), [node - self.lead for node in path[self.lead:]])
+
+
+def _propose(drafter: Drafter, engine: Engine, context: list[int], root: int, carry: list[int]) -> _Block:
+    """The drafter's tree for this step, led by the carried drafts when it fits beside them.
+
+    A sibling of the leading chain that matched is not accepted (its rows are not plain decoding's), but it is
+    the next root and its rows' greedy path is almost surely right: those tokens lead this block as a chain
+    that trusted rows now verify, and the drafter drafts on from their end, as if the last call had accepted
+    them. Without the carry that path would be lost and drafted again, or not, from the root alone
+    (benchmarks/results/fast/README.md, section 19)."""
+    room = engine.graphs.max_width - len(carry)
+    if carry and room > 0 and len(carry) + 1 < engine.cache.free:
+        own, slot_embeddings = drafter.propose(context + carry, carry[-1], room)
+        if len(own) <= room:
+            lead = len(carry)
+            tokens = np.concatenate([[root, *carry[:-1]], own.tokens])
+            parents = np.concatenate([np.arange(-1, lead - 1), np.where(own.parents < 0, lead - 1, own.parents + lead)])
+            return _Block(DraftTree(tokens, parents), slot_embeddings, own, lead)
+    own, slot_embeddings = drafter.propose(context, root)
+    return _Block(own, slot_embeddings)
 
 
 def _check_request(engine: Engine, prompt_ids: Sequence[int], max_new_tokens: int, sampler: Sampler,

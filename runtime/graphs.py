@@ -40,6 +40,17 @@ class GraphOutput:
     # n_past + i (in-place graphs, contract v2): committing them is free (Engine.commit)
     rows_in_cache: int = 0
 
+    def rows_from(self, start: int) -> GraphOutput:
+        """The outputs of rows start.. only: what a drafter whose tree begins at row `start` reads."""
+        if start == 0:
+            return self
+        def cut(rows: np.ndarray | None) -> np.ndarray | None:
+            return None if rows is None else rows[start:]
+
+        return GraphOutput(cut(self.logits), [k[:, :, start:] for k in self.new_keys],
+                           [v[:, :, start:] for v in self.new_values], self.seconds, cut(self.hidden),
+                           cut(self.layer_hidden), max(0, self.plain_rows - start), max(0, self.rows_in_cache - start))
+
 
 class GraphSet:
     """Sessions for every graph of a bundle, created on first use or all at once by `load_all`."""

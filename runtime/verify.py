@@ -40,3 +40,27 @@ def verify_tree(tree: DraftTree, logits: np.ndarray, choose: Callable[[np.ndarra
 def accepted_tokens(tree: DraftTree, path: list[int]) -> np.ndarray:
     """The draft tokens a path accepts (the root was emitted by the previous step)."""
     return tree.tokens[np.asarray(path[1:], dtype=np.int64)]
+
+
+def untrusted_extension(tree: DraftTree, logits: np.ndarray, path: list[int], next_token: int,
+                        trusted: int) -> tuple[list[int], list[int]]:
+    """Where the verifier stopped at a matching node beyond the trusted rows: the greedy path the untrusted
+    rows accept from that node on (node indices) and the tokens those rows choose, the last one its bonus.
+
+    Such a node (a sibling of the leading chain, whose keys sit at another cache column than plain decoding
+    would put them) carries `next_token`, so the loop emits it as the next root anyway; its untrusted rows say,
+    almost always rightly, what follows. Those tokens are drafts, not output: the next block leads with them
+    and verifies them on trusted rows (runtime/generate.py). Argmax, so that no sample is drawn from a row
+    plain decoding would not compute. ([], []) when the walk did not stop at an untrusted match."""
+    children = tree.children(path[-1])
+    match = children[(tree.tokens[children] == next_token) & (children >= trusted)]
+    if match.size == 0:
+        return [], []
+    nodes, tokens = [int(match[0])], []
+    while True:
+        tokens.append(int(np.argmax(logits[nodes[-1]])))
+        children = tree.children(nodes[-1])
+        match = children[tree.tokens[children] == tokens[-1]]
+        if match.size == 0:
+            return nodes, tokens
+        nodes.append(int(match[0]))

@@ -15,6 +15,7 @@ from mtpedge.runtime.drafters import drafter_names, make_drafter
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import generate
 from mtpedge.runtime.sampling import SamplingConfig
+from mtpedge.runtime.tree import DraftTree
 
 ARCHS = ("llama", "qwen2", "qwen3")
 
@@ -220,3 +221,59 @@ def test_drafting_up_to_the_last_context_position_equals_plain_decoding(engines,
         assert drafted.token_ids == plain.token_ids
         assert drafted.stats.finish_reason == plain.stats.finish_reason == "length"
         assert engine.cache.n_past == context
+
+
+class SiblingOracle:
+    """Drafts the true continuation (from a plain run) only as a SIBLING of a wrong leading chain, so that every
+    match lands on rows the verifier does not trust: what the loop's carried drafts are for."""
+
+    name, lossy, lora_on_slots, sizer, settings = "sibling-oracle", False, False, None, {}
+
+    def __init__(self, prompt, reference):
+        self.sequence, self.seen = list(prompt) + list(reference), []
+
+    def start(self, engine, prompt_ids):
+        pass
+
+    def observe_prefill(self, out):
+        pass
+
+    def propose(self, context_ids, root, room=None):
+        truth = self.sequence[len(context_ids): len(context_ids) + 2]
+        wrong = (truth[0] + 1) % 64 if truth else 0
+        tokens, parents = [root, wrong], [-1, 0]
+        for depth, token in enumerate(truth):
+            tokens.append(token)
+            parents.append(0 if depth == 0 else len(tokens) - 2)
+        tree = DraftTree(np.array(tokens), np.array(parents))
+        return (tree if room is None or len(tree) <= room else DraftTree.single(root)), None
+
+    def observe(self, tree, out, path):
+        assert out.logits.shape[0] >= len(tree) and max(path) < len(tree)  # its own tree's rows, its own indices
+        self.seen.append(tree.tokens[path].tolist())
+
+
+def test_drafts_matched_on_untrusted_rows_lead_the_next_block_and_output_equals_plain_decoding(engines):
+    """A sibling that matches is not accepted; its rows' greedy path leads the next call as a chain that trusted
+    rows verify. Output stays plain decoding's, and the carried drafts save calls."""
+    engine = engines["qwen3"]
+    for prompt in fuzzed_prompts(engine, 4, seed=31):
+        plain = generate(engine, prompt, 30, stop_token_ids=set())
+        oracle = SiblingOracle(prompt, plain.token_ids)
+        drafted = generate(engine, prompt, 30, stop_token_ids=set(), drafter=oracle)
+        assert drafted.token_ids == plain.token_ids
+        assert drafted.stats.carried_blocks > 0
+        assert drafted.stats.decode_calls < plain.stats.decode_calls
+        assert all(seen[0] in plain.token_ids for seen in oracle.seen)
+
+
+@pytest.mark.parametrize("spec", ["lookup:width=32", "hybrid:width=32", "esp:width=32:tree=dynamic"])
+def test_a_drafter_keeps_to_the_room_it_is_given(engines, spec):
+    """Beside carried drafts: trees that can shrink do (ESP's static trees, mtp's fixed layouts cannot)."""
+    engine = engines["llama"]
+    drafter = make_drafter(spec, engine)
+    prompt = fuzzed_prompts(engine, 2, seed=7)[1]
+    generate(engine, prompt, 5, stop_token_ids=set(), drafter=drafter)  # a forecast to draft from
+    for room in (4, 9, 16):
+        tree, _ = drafter.propose(prompt, prompt[-1], room)
+        assert len(tree) <= room

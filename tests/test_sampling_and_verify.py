@@ -15,7 +15,7 @@ from mtpedge.runtime.sampling import (
     probabilities,
 )
 from mtpedge.runtime.tree import SLOT, DraftTree
-from mtpedge.runtime.verify import accepted_tokens, verify_tree
+from mtpedge.runtime.verify import accepted_tokens, untrusted_extension, verify_tree
 
 
 def test_greedy_is_argmax_and_the_first_of_equal_maxima():
@@ -135,6 +135,20 @@ def test_verify_never_accepts_a_slot_node():
     logits = one_hot_logits([0, 0, 2])  # argmax 0 after the root; SLOT is -1, never chosen, so no match
     path, bonus = verify_tree(tree, logits, greedy)
     assert path == [0] and bonus == 0
+
+
+def test_only_trusted_rows_accept_and_the_untrusted_path_beyond_becomes_the_next_drafts():
+    #   root(5) -- a(6)            the leading chain: rows 0-1 trusted
+    #       \---- b(7) -- d(9)     a sibling: rows 2-3 are not plain decoding's
+    tree = DraftTree([5, 6, 7, 9], [-1, 0, 0, 2])
+    logits = one_hot_logits([7, 0, 9, 4])  # the model picks b, then d, then 4
+    path, bonus = verify_tree(tree, logits, greedy, trusted=2)
+    assert path == [0] and bonus == 7  # b is not accepted: its token is the next root
+    nodes, drafts = untrusted_extension(tree, logits, path, bonus, trusted=2)
+    assert nodes == [2, 3] and drafts == [9, 4]  # what b's and d's rows say follows: drafts, not output
+    assert untrusted_extension(tree, logits, *verify_tree(tree, logits, greedy), trusted=4) == ([], [])
+    mismatch = one_hot_logits([3, 0, 9, 4])  # the walk stopped at a mismatch, not at an untrusted match
+    assert untrusted_extension(tree, mismatch, *verify_tree(tree, mismatch, greedy, trusted=2), trusted=2) == ([], [])
 
 
 def test_plain_decoding_is_verification_of_a_one_node_tree():

@@ -62,8 +62,11 @@ class Drafter(Protocol):
     def observe_prefill(self, out: GraphOutput) -> None:
         """One chunk of the prompt ran (in order): its rows' outputs."""
 
-    def propose(self, context_ids: Sequence[int], root: int) -> tuple[DraftTree, np.ndarray | None]:
-        """The tree and the embeddings of its SLOT nodes (None if it has none)."""
+    def propose(self, context_ids: Sequence[int], root: int, room: int | None = None
+                ) -> tuple[DraftTree, np.ndarray | None]:
+        """The tree and the embeddings of its SLOT nodes (None if it has none). `room`: at most this many nodes
+        (the loop leads the block with drafts carried from the last call); a drafter whose trees have a fixed
+        shape may return more, and the loop then does without the carried drafts."""
         ...
 
     def own_logits(self, out: GraphOutput) -> np.ndarray:

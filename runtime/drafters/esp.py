@@ -166,15 +166,17 @@ class EspDrafter(Drafter):
     def start(self, engine: Engine, prompt_ids: Sequence[int]) -> None:
         self.probe.start(prompt_ids)
 
-    def propose(self, context_ids: Sequence[int], root: int) -> tuple[DraftTree, np.ndarray]:
+    def propose(self, context_ids: Sequence[int], root: int, room: int | None = None
+                ) -> tuple[DraftTree, np.ndarray]:
         forecast = self.probe.forecast
         if forecast is None:
             tokens, parents = np.array([root], dtype=np.int64), np.array([-1], dtype=np.int64)
         elif self.kind == "static":
             tokens, parents = static_tree(root, forecast, self.widths)  # top tokens by logit = by probability
         else:
-            pool = mask_pool(softmax_rows(forecast), self.nodes - 1, root)
-            tokens, parents, _ = select_tree(*pool, self.nodes)
+            nodes = self.nodes if room is None else max(1, min(self.nodes, room // (self.probe.k + 1)))
+            pool = mask_pool(softmax_rows(forecast), nodes - 1, root)
+            tokens, parents, _ = select_tree(*pool, nodes)
         self._n_tokens = tokens.shape[0]
         return self.probe.finish_tree(tokens, parents)
 

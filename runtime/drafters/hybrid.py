@@ -80,13 +80,14 @@ class HybridDrafter(Drafter):
         self.probe.start(prompt_ids)
         self.lookup.rates.reset()
 
-    def propose(self, context_ids: Sequence[int], root: int) -> tuple[DraftTree, np.ndarray]:
+    def propose(self, context_ids: Sequence[int], root: int, room: int | None = None
+                ) -> tuple[DraftTree, np.ndarray]:
         lookup_pool = self.lookup.pool(context_ids, root)
         pools = [lookup_pool]
         if self.probe.forecast is not None:
             pools.append(mask_pool(softmax_rows(self.probe.forecast), self.nodes - 1, root))
         pool = concat_pools(*pools)
-        nodes = self.nodes
+        nodes = self.nodes if room is None else max(1, min(self.nodes, room // (self.k + 1)))
         if self.sizer is not None:  # only the candidates that pay for the wider call they (and their masks) need
             scores = select_tree_scored(*pool, nodes)[3]
             nodes = 1 + self.sizer.size(scores[1:], self.k + 1, self.k + 1).candidates

@@ -82,9 +82,9 @@ class LookupDrafter(Drafter):
     def start(self, engine: Engine, prompt_ids: Sequence[int]) -> None:
         self.source.rates.reset()
 
-    def propose(self, context_ids: Sequence[int], root: int) -> tuple[DraftTree, None]:
+    def propose(self, context_ids: Sequence[int], root: int, room: int | None = None) -> tuple[DraftTree, None]:
         pool = self.source.pool(context_ids, root)
-        budget = self.budget
+        budget = min(self.budget, room or self.budget)
         if self.sizer is not None:  # only the candidates that pay for the wider call they need
             scores = select_tree_scored(*pool, budget)[3]
             budget = 1 + self.sizer.size(scores[1:]).candidates

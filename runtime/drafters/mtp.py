@@ -146,16 +146,16 @@ class MtpDrafter(Drafter):
         best = top_tokens(probs, self.branch)
         return np.tile(best, (prev_tokens.shape[0], 1)), np.tile(probs[best], (prev_tokens.shape[0], 1))
 
-    def propose_tree(self, context_ids: Sequence[int], root: int) -> tuple[DraftTree, np.ndarray]:
+    def propose_tree(self, context_ids: Sequence[int], root: int, width: int) -> tuple[DraftTree, np.ndarray]:
         pools = [] if self.lookup is None else [self.lookup.pool(context_ids, root)]
         if self._pending is not None:
             depths = self._pending[1].shape[0]
-            pools.append(expansion_pool(root, self.expand, depths, self.width - self.k - 1))
+            pools.append(expansion_pool(root, self.expand, depths, width - self.k - 1))
         if not pools:
             tokens, parents, owners = np.array([root], dtype=np.int64), np.array([-1]), np.zeros(1, dtype=np.int64)
             chosen = np.zeros(1, dtype=np.int64)
         else:
-            tokens, parents, chosen, owners = select_tree_with_owners(concat_pools(*pools), self.width, self.k,
+            tokens, parents, chosen, owners = select_tree_with_owners(concat_pools(*pools), width, self.k,
                                                                       self.mask_gain)
         # lookup entries come first in the pool; the root (pool index 0) counts as neither
         lookup_size = pools[0][0].shape[0] if self.lookup is not None else 1
@@ -163,9 +163,11 @@ class MtpDrafter(Drafter):
         self._n_tokens, self._owners = tokens.shape[0], owners
         return attach_mask_slots(tokens, parents, self.k, owners), np.tile(self.masks, (owners.size, 1))
 
-    def propose(self, context_ids: Sequence[int], root: int) -> tuple[DraftTree, np.ndarray]:
-        if self.layout == "tree":
-            return self.propose_tree(context_ids, root)
+    def propose(self, context_ids: Sequence[int], root: int, room: int | None = None
+                ) -> tuple[DraftTree, np.ndarray]:
+        if self.layout == "tree":  # a tree narrower than root + one draft + its masks does not pay: the full one
+            width = self.width if room is None or room < self.k + 2 else min(self.width, room)
+            return self.propose_tree(context_ids, root, width)
         tokens = np.array([root, *self.drafts(root)], dtype=np.int64)
         self._n_tokens = n = tokens.shape[0]
         if self.layout == "linear":
