@@ -257,7 +257,7 @@ def _propose(drafter: Drafter, engine: Engine, context: list[int], root: int, ca
     (benchmarks/results/fast/README.md, section 19)."""
     room = engine.graphs.max_width - len(carry)
     if carry and room > 0 and len(carry) + 1 < engine.cache.free:
-        own, slot_embeddings = drafter.propose(context + carry, carry[-1], room)
+        own, slot_embeddings = drafter.propose(context + carry, carry[-1], lead=len(carry))
         if len(own) <= room:
             lead = len(carry)
             tokens = np.concatenate([[root, *carry[:-1]], own.tokens])

@@ -62,11 +62,12 @@ class Drafter(Protocol):
     def observe_prefill(self, out: GraphOutput) -> None:
         """One chunk of the prompt ran (in order): its rows' outputs."""
 
-    def propose(self, context_ids: Sequence[int], root: int, room: int | None = None
+    def propose(self, context_ids: Sequence[int], root: int, lead: int = 0
                 ) -> tuple[DraftTree, np.ndarray | None]:
-        """The tree and the embeddings of its SLOT nodes (None if it has none). `room`: at most this many nodes
-        (the loop leads the block with drafts carried from the last call); a drafter whose trees have a fixed
-        shape may return more, and the loop then does without the carried drafts."""
+        """The tree and the embeddings of its SLOT nodes (None if it has none). `lead`: the block has that many nodes
+        before this tree's root (drafts carried from the last call, runtime/generate.py), so the tree should fit
+        the widest graph beside them; a drafter whose trees have a fixed shape may not, and the loop then does
+        without the carried drafts."""
         ...
 
     def own_logits(self, out: GraphOutput) -> np.ndarray:

@@ -138,7 +138,7 @@ class DmtdSpecDrafter(CopyDrafter):
         if self.draft_len:
             self.refill(out.layer_hidden)
 
-    def propose(self, context_ids: Sequence[int], root: int, room: int | None = None) -> tuple[DraftTree, None]:
+    def propose(self, context_ids: Sequence[int], root: int, lead: int = 0) -> tuple[DraftTree, None]:
         drafts = min(self.draft_len, self.engine.cache.free - 1)  # every draft's position must fit the context
         tokens = [root]
         if drafts > 0:
@@ -191,7 +191,7 @@ class DmtdDrafter(CopyDrafter):
     def observe_prefill(self, out: GraphOutput) -> None:
         self._prompt_logits = self.refill(out.layer_hidden)  # every prompt position is a head
 
-    def propose(self, context_ids: Sequence[int], root: int, room: int | None = None) -> tuple[DraftTree, None]:
+    def propose(self, context_ids: Sequence[int], root: int, lead: int = 0) -> tuple[DraftTree, None]:
         """The chain from the root up to the next head (or to the end of the context), drafted from embeddings."""
         length = min(self.tau, self.engine.cache.free)
         tokens = self._chain = [root]

@@ -149,6 +149,7 @@ class EspDrafter(Drafter):
         self.kind, widths = parse_tree_option(options.tree)
         width = width_for(engine, options.width)
         self.nodes = width // (masks + 1)  # token nodes (root included) that fit with their mask slots
+        self.max_width = engine.graphs.max_width
         if self.nodes < 1:
             raise ValueError(f"a width of {width} slots cannot hold a root and its {masks} mask slot(s)")
         self.widths = widths if widths is not None else default_static_widths(self.nodes, masks)
@@ -166,7 +167,7 @@ class EspDrafter(Drafter):
     def start(self, engine: Engine, prompt_ids: Sequence[int]) -> None:
         self.probe.start(prompt_ids)
 
-    def propose(self, context_ids: Sequence[int], root: int, room: int | None = None
+    def propose(self, context_ids: Sequence[int], root: int, lead: int = 0
                 ) -> tuple[DraftTree, np.ndarray]:
         forecast = self.probe.forecast
         if forecast is None:
@@ -174,7 +175,7 @@ class EspDrafter(Drafter):
         elif self.kind == "static":
             tokens, parents = static_tree(root, forecast, self.widths)  # top tokens by logit = by probability
         else:
-            nodes = self.nodes if room is None else max(1, min(self.nodes, room // (self.probe.k + 1)))
+            nodes = max(1, min(self.nodes, (self.max_width - lead) // (self.probe.k + 1)))
             pool = mask_pool(softmax_rows(forecast), nodes - 1, root)
             tokens, parents, _ = select_tree(*pool, nodes)
         self._n_tokens = tokens.shape[0]

@@ -65,6 +65,7 @@ class HybridDrafter(Drafter):
         self.probe = MaskProbe(engine, config)
         self.lora_on_slots = self.probe.lora_on_slots
         self.width = width_for(engine, options.width)
+        self.max_width = engine.graphs.max_width
         self.k = options.masks
         self.sizer = sizer_for(engine)
         self.nodes = self.width // (options.masks + 1)  # token nodes (root included), each with its masks
@@ -80,17 +81,18 @@ class HybridDrafter(Drafter):
         self.probe.start(prompt_ids)
         self.lookup.rates.reset()
 
-    def propose(self, context_ids: Sequence[int], root: int, room: int | None = None
+    def propose(self, context_ids: Sequence[int], root: int, lead: int = 0
                 ) -> tuple[DraftTree, np.ndarray]:
         lookup_pool = self.lookup.pool(context_ids, root)
         pools = [lookup_pool]
         if self.probe.forecast is not None:
             pools.append(mask_pool(softmax_rows(self.probe.forecast), self.nodes - 1, root))
         pool = concat_pools(*pools)
-        nodes = self.nodes if room is None else max(1, min(self.nodes, room // (self.k + 1)))
-        if self.sizer is not None:  # only the candidates that pay for the wider call they (and their masks) need
+        nodes = max(1, min(self.nodes, (self.max_width - lead) // (self.k + 1)))
+        if self.sizer is not None and lead + self.k + 1 <= self.max_width:
+            # only the candidates that pay for the wider call they (and their masks) need
             scores = select_tree_scored(*pool, nodes)[3]
-            nodes = 1 + self.sizer.size(scores[1:], self.k + 1, self.k + 1).candidates
+            nodes = 1 + self.sizer.size(scores[1:], self.k + 1, lead + self.k + 1).candidates
         tokens, parents, chosen = select_tree(*pool, nodes)
         self._from_lookup = chosen < lookup_pool[0].shape[0]  # lookup entries come first in the pool
         return self.probe.finish_tree(tokens, parents)

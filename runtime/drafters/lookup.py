@@ -74,6 +74,7 @@ class LookupDrafter(Drafter):
 
     def __init__(self, engine: Engine, options: LookupOptions) -> None:
         self.budget = width_for(engine, options.width)
+        self.max_width = engine.graphs.max_width
         self.sizer = sizer_for(engine)
         self.source = NgramSource(options.max_ngram, options.min_ngram, max(1, self.budget - 1), options.branches)
         self.settings = {"drafter": self.name, "width": self.budget, "max_ngram": options.max_ngram,
@@ -82,12 +83,12 @@ class LookupDrafter(Drafter):
     def start(self, engine: Engine, prompt_ids: Sequence[int]) -> None:
         self.source.rates.reset()
 
-    def propose(self, context_ids: Sequence[int], root: int, room: int | None = None) -> tuple[DraftTree, None]:
+    def propose(self, context_ids: Sequence[int], root: int, lead: int = 0) -> tuple[DraftTree, None]:
         pool = self.source.pool(context_ids, root)
-        budget = min(self.budget, room or self.budget)
-        if self.sizer is not None:  # only the candidates that pay for the wider call they need
+        budget = min(self.budget, self.max_width - lead)
+        if self.sizer is not None and budget > 0:  # only the candidates that pay for the wider call they need
             scores = select_tree_scored(*pool, budget)[3]
-            budget = 1 + self.sizer.size(scores[1:]).candidates
+            budget = 1 + self.sizer.size(scores[1:], 1, 1 + lead).candidates
         tokens, parents, _ = select_tree(*pool, budget)
         return DraftTree(tokens, parents), None
 

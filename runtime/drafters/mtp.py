@@ -107,6 +107,7 @@ class MtpDrafter(Drafter):
         self.lora_on_slots = bool(extras.get("rank"))  # gate 1 at the mask slots
         self.head = SamplerHead(engine, candidates) if sampler and extras.get("sampler") else None
         self.width, self.branch, self.mask_gain = width_for(engine, options.width), branch, mask_gain
+        self.max_width = engine.graphs.max_width
         need = {"quadratic": (self.k + 1) ** 2, "linear": 2 * self.k + 1, "tree": self.k + 2}[mtp_layout]
         if mtp_layout == "tree" and self.width < need:
             raise ValueError(f"a width of {self.width} cannot hold a root, one draft and {self.k} masks: use >= {need}")
@@ -163,10 +164,11 @@ class MtpDrafter(Drafter):
         self._n_tokens, self._owners = tokens.shape[0], owners
         return attach_mask_slots(tokens, parents, self.k, owners), np.tile(self.masks, (owners.size, 1))
 
-    def propose(self, context_ids: Sequence[int], root: int, room: int | None = None
+    def propose(self, context_ids: Sequence[int], root: int, lead: int = 0
                 ) -> tuple[DraftTree, np.ndarray]:
         if self.layout == "tree":  # a tree narrower than root + one draft + its masks does not pay: the full one
-            width = self.width if room is None or room < self.k + 2 else min(self.width, room)
+            room = self.max_width - lead
+            width = self.width if room < self.k + 2 else min(self.width, room)
             return self.propose_tree(context_ids, root, width)
         tokens = np.array([root, *self.drafts(root)], dtype=np.int64)
         self._n_tokens = n = tokens.shape[0]
