@@ -49,6 +49,15 @@ def load_average() -> list[float] | None:
         return None
 
 
+def llama_cpp_features() -> str | None:
+    """The instruction sets the installed llama.cpp was built with (its own system-info line), or None."""
+    try:
+        import llama_cpp
+    except ImportError:
+        return None
+    return llama_cpp.llama_print_system_info().decode(errors="replace").strip()
+
+
 def describe_machine() -> dict:
     cpu = _cpuinfo()
     flags = set((cpu.get("flags") or cpu.get("Features") or "").split())
@@ -63,4 +72,5 @@ def describe_machine() -> dict:
         "python": platform.python_version(),
         "versions": versions(),
         "load_average_at_start": load_average(),
+        "llama_cpp_features": llama_cpp_features(),
     }

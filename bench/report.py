@@ -148,7 +148,8 @@ def markdown(doc: dict) -> str:
            "(order rotated). Process peak RSS is of the one process that holds every in-process method at once.",
            f"Machine: {m['cpu_model']}, {m['usable_cores']} cores ({', '.join(m['cpu_flags'])}), "
            f"{m['memory_gib']} GiB; load average {m['load_average_at_start']} at start, "
-           f"{m.get('load_average_at_end')} at end. {doc['timing_note']}", *_row_probe_line(m), "",
+           f"{m.get('load_average_at_end')} at end. {doc['timing_note']}", *_row_probe_line(m),
+           *([f"llama.cpp's build: {m['llama_cpp_features']}"] if m.get("llama_cpp_features") else []), "",
            "## All questions", "", *method_table(doc), "",
            "## Per category (τ, speed-up vs none, mean tokens/s, vs llama.cpp)", "", *category_table(doc), "",
            "## Drafts accepted per decode call", "", *acceptance_table(doc), ""]

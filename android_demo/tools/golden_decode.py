@@ -126,7 +126,11 @@ def recording(engine: Engine, drafter):
         return path, token
 
     def observe(tree, out, path):  # the steps the drafter is told about (not a plain step at the last position)
-        trees[-1]["observed"] = True
+        # what it is told: its own tree (a block led by carried drafts holds more), its rows' trusted count and the
+        # path through it (the accepted one, extended by the untrusted rows' greedy path where the walk stopped
+        # at an untrusted match)
+        trees[-1]["observed"] = {"tokens": tree.tokens.tolist(), "parents": tree.parents.tolist(),
+                                 "plain_rows": min(int(out.plain_rows), len(tree)), "path": list(path)}
         return original_observe(tree, out, path)
 
     engine.graphs.run = run

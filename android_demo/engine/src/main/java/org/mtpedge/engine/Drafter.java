@@ -9,8 +9,13 @@ public interface Drafter {
 
     void start(Engine engine, int[] promptIds, float[] prefillLogits);
 
-    /** The tree and the embeddings of its SLOT nodes in node order (null if it has none). */
-    Proposal propose(int[] contextIds, int root);
+    /**
+     * The tree and the embeddings of its SLOT nodes in node order (null if it has none). {@code lead}: the block
+     * has that many nodes before this tree's root (drafts carried from the last call, see {@link Generator}), so
+     * the tree should fit the widest graph beside them; a tree of a fixed shape may not, and the loop then does
+     * without the carried drafts.
+     */
+    Proposal propose(int[] contextIds, int root, int lead);
 
     void observe(DraftTree tree, GraphOutput out, int[] path);
 

@@ -9,6 +9,8 @@ public final class GenerationStats {
     public int newTokens;
     public int prefillCalls;
     public int decodeCalls;
+    /** Decode calls led by drafts the call before accepted on untrusted rows. */
+    public int carriedBlocks;
     public double prefillSeconds;
     public double graphSeconds;
     public double elapsedSeconds;

@@ -94,6 +94,7 @@ public final class Generator {
             }
             int root = sampler.choose(logits);
             boolean done = emit(new int[] {root});
+            int[] carry = new int[0]; // drafts the last call's untrusted rows accepted after the root: this block's lead
             while (!done) {
                 if (options.shouldStop != null && options.shouldStop.getAsBoolean()) {
                     stats.finishReason = "cancelled";
@@ -108,23 +109,32 @@ public final class Generator {
                 }
                 // the last free position: one plain step (a tree's padding rows would find no free cache column)
                 boolean drafting = drafter != null && engine.cache.free() > 1;
-                Drafter.Proposal proposal = drafting
-                        ? drafter.propose(Arrays.copyOf(context, contextSize), root)
-                        : new Drafter.Proposal(DraftTree.single(root), null);
-                DraftTree tree = proposal.tree;
-                GraphOutput out = engine.runTree(tree, proposal.slotEmbeddings, drafting && drafter.loraOnSlots());
+                Block block = drafting ? Block.propose(drafter, engine, Arrays.copyOf(context, contextSize), root, carry)
+                        : Block.plain(root);
+                DraftTree tree = block.tree;
+                GraphOutput out = engine.runTree(tree, block.slotEmbeddings, drafting && drafter.loraOnSlots());
                 stats.decodeCalls++;
                 // only rows plain decoding would compute bit for bit are read: the block's leading chain inside the
                 // context
                 Verifier.Result verified = Verifier.verify(tree, out, sampler, out.plainRows());
                 int[] path = Arrays.copyOf(verified.path, Math.min(verified.path.length, engine.cache.free()));
                 root = verified.nextToken;
+                carry = new int[0];
+                int[] seen = path;
                 if (path.length < verified.path.length) { // no room for the whole path: the first left out is the root
                     root = tree.token(verified.path[path.length]);
+                } else if (drafting) {
+                    Verifier.Extension extension = Verifier.untrustedExtension(tree, out, path, root, out.plainRows());
+                    carry = extension.tokens;
+                    seen = Arrays.copyOf(path, path.length + extension.nodes.length);
+                    System.arraycopy(extension.nodes, 0, seen, path.length, extension.nodes.length);
                 }
                 engine.cache.commitAcceptedKv(out.newKeys, out.newValues, out.width, path);
                 if (drafting) {
-                    drafter.observe(tree, out, path);
+                    block.observe(drafter, out, seen);
+                }
+                if (block.carried()) {
+                    stats.carriedBlocks++;
                 }
                 int[] drafts = Verifier.acceptedTokens(tree, path);
                 stats.acceptedHistogram.merge(drafts.length, 1, Integer::sum);

@@ -59,6 +59,22 @@ public final class GraphOutput {
         return Arrays.copyOfRange(logits, row * vocab, (row + 1) * vocab);
     }
 
+    /**
+     * The rows start.. only: what a drafter whose tree begins at row {@code start} reads (its logits and hidden
+     * states; the K/V buffers stay the whole call's, which only the loop's commit reads).
+     */
+    public GraphOutput rowsFrom(int start) {
+        if (start == 0) {
+            return this;
+        }
+        float[] tail = Arrays.copyOfRange(logits, start * vocab, logits.length);
+        float[] hiddenTail = hidden == null ? null
+                : Arrays.copyOfRange(hidden, start * (hidden.length / rows), hidden.length);
+        GraphOutput view = new GraphOutput(rows - start, vocab, tail, width, newKeys, newValues, seconds, hiddenTail);
+        view.plainRows = Math.max(0, plainRows - start);
+        return view;
+    }
+
     /** Row {@code row} of the hidden states; the graph must have returned them (an adapter bundle). */
     public float[] hiddenRow(int row) {
         if (hidden == null) {

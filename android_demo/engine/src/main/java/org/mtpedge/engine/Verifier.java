@@ -66,6 +66,60 @@ public final class Verifier {
         }
     }
 
+    /** Where the walk stopped at an untrusted match: that node and the greedy path below it, and their choices. */
+    public static final class Extension {
+        public final int[] nodes;
+        public final int[] tokens;
+
+        Extension(int[] nodes, int[] tokens) {
+            this.nodes = nodes;
+            this.tokens = tokens;
+        }
+    }
+
+    /**
+     * Where {@link #verify(DraftTree, GraphOutput, TokenChooser, int)} stopped at a matching node beyond the
+     * trusted rows: the greedy path the untrusted rows accept from that node on (node indices) and the tokens those
+     * rows choose, the last one its bonus. They are drafts, not output: the next block leads with them and trusted
+     * rows verify them ({@link Generator}). Argmax, so that no sample is drawn from a row plain decoding would not
+     * compute. Empty when the walk did not stop at an untrusted match. Port of
+     * {@code mtpedge.runtime.verify.untrusted_extension}.
+     */
+    public static Extension untrustedExtension(DraftTree tree, GraphOutput out, int[] path, int nextToken,
+                                               int trusted) {
+        int node = -1;
+        for (int child : tree.children(path[path.length - 1])) {
+            if (tree.token(child) == nextToken && child >= trusted) {
+                node = child;
+                break;
+            }
+        }
+        List<Integer> nodes = new ArrayList<>();
+        List<Integer> tokens = new ArrayList<>();
+        while (node >= 0) {
+            nodes.add(node);
+            int choice = Sampler.argmax(out.logitsRow(node));
+            tokens.add(choice);
+            int match = -1;
+            for (int child : tree.children(node)) {
+                if (tree.token(child) == choice) {
+                    match = child;
+                    break;
+                }
+            }
+            node = match;
+        }
+        return new Extension(toArray(nodes), toArray(tokens));
+    }
+
+    private static int[] toArray(List<Integer> values) {
+        int[] out = new int[values.size()];
+        for (int i = 0; i < out.length; i++) {
+            out[i] = values.get(i);
+        }
+        return out;
+    }
+
     /** The draft tokens a path accepts (the root was emitted by the previous step). */
     public static int[] acceptedTokens(DraftTree tree, int[] path) {
         int[] out = new int[path.length - 1];

@@ -17,6 +17,7 @@ public final class EspDrafter implements Drafter {
     private final MaskProbe probe;
     private final boolean dynamic;
     private final int nodes;
+    private final int maxWidth;
     private final int[] widths;
     private int nTokens = 1;
 
@@ -30,6 +31,7 @@ public final class EspDrafter implements Drafter {
         }
         this.dynamic = kind.equals("dynamic");
         int maxWidth = engine.manifest.maxWidth();
+        this.maxWidth = maxWidth;
         width = Math.min(width, maxWidth);
         this.nodes = width / (masks + 1);
         if (nodes < 1) {
@@ -85,7 +87,7 @@ public final class EspDrafter implements Drafter {
     }
 
     @Override
-    public Proposal propose(int[] contextIds, int root) {
+    public Proposal propose(int[] contextIds, int root, int lead) {
         int[] tokens;
         int[] parents;
         if (probe.forecast == null) {
@@ -96,8 +98,9 @@ public final class EspDrafter implements Drafter {
             tokens = tree.tokens;
             parents = tree.parents;
         } else {
-            TreeBuild.Selection tree = TreeBuild.selectTree(TreeBuild.maskPool(probe.forecastProbs(), nodes - 1, root),
-                    nodes);
+            int fit = Math.max(1, Math.min(nodes, (maxWidth - lead) / (probe.k + 1)));
+            TreeBuild.Selection tree = TreeBuild.selectTree(TreeBuild.maskPool(probe.forecastProbs(), fit - 1, root),
+                    fit);
             tokens = tree.tokens;
             parents = tree.parents;
         }

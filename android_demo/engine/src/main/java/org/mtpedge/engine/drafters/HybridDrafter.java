@@ -17,6 +17,7 @@ public final class HybridDrafter implements Drafter {
     private final MaskProbe probe;
     private final NgramSource lookup;
     private final int nodes;
+    private final int maxWidth;
     private final StepSizer sizer;
     private boolean[] fromLookup = {true};
 
@@ -25,6 +26,7 @@ public final class HybridDrafter implements Drafter {
         this.sizer = engine.costTable == null ? null : new StepSizer(engine.costTable);
         int masks = settings.slots;
         width = Math.min(width, engine.manifest.maxWidth());
+        this.maxWidth = engine.manifest.maxWidth();
         this.nodes = width / (masks + 1);
         if (nodes < 1) {
             throw new IllegalArgumentException("a width of " + width + " slots cannot hold a root and its " + masks
@@ -45,14 +47,15 @@ public final class HybridDrafter implements Drafter {
     }
 
     @Override
-    public Proposal propose(int[] contextIds, int root) {
+    public Proposal propose(int[] contextIds, int root, int lead) {
         TreeBuild.Pool lookupPool = lookup.pool(contextIds, root);
         TreeBuild.Pool pool = probe.forecast == null ? TreeBuild.concatPools(lookupPool)
                 : TreeBuild.concatPools(lookupPool, TreeBuild.maskPool(probe.forecastProbs(), nodes - 1, root));
-        int budget = nodes;
-        if (sizer != null) { // only the candidates that pay for the wider call they (and their masks) need
+        int budget = Math.max(1, Math.min(nodes, (maxWidth - lead) / (probe.k + 1)));
+        if (sizer != null && lead + probe.k + 1 <= maxWidth) {
+            // only the candidates that pay for the wider call they (and their masks) need
             double[] scores = TreeBuild.selectTree(pool, budget).candidateScores();
-            budget = 1 + sizer.size(scores, probe.k + 1, probe.k + 1).candidates;
+            budget = 1 + sizer.size(scores, probe.k + 1, lead + probe.k + 1).candidates;
         }
         TreeBuild.Selection tree = TreeBuild.selectTree(pool, budget);
         fromLookup = new boolean[tree.chosen.length];

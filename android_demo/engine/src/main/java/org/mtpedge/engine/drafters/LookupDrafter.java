@@ -16,11 +16,13 @@ import org.mtpedge.engine.StepSizer;
  */
 public final class LookupDrafter implements Drafter {
     private final int budget;
+    private final int maxWidth;
     private final NgramSource source;
     private final StepSizer sizer;
 
     public LookupDrafter(Engine engine, int width, int maxNgram, int minNgram, int branches) {
         this.budget = Math.min(width, engine.manifest.maxWidth());
+        this.maxWidth = engine.manifest.maxWidth();
         this.sizer = engine.costTable == null ? null : new StepSizer(engine.costTable);
         this.source = new NgramSource(maxNgram, minNgram, Math.max(1, budget - 1), branches);
     }
@@ -36,11 +38,11 @@ public final class LookupDrafter implements Drafter {
     }
 
     @Override
-    public Proposal propose(int[] contextIds, int root) {
+    public Proposal propose(int[] contextIds, int root, int lead) {
         TreeBuild.Pool pool = source.pool(contextIds, root);
-        int size = budget;
-        if (sizer != null) { // only the candidates that pay for the wider call they need
-            size = 1 + sizer.size(TreeBuild.selectTree(pool, budget).candidateScores(), 1, 1).candidates;
+        int size = Math.min(budget, maxWidth - lead);
+        if (sizer != null && size > 0) { // only the candidates that pay for the wider call they need
+            size = 1 + sizer.size(TreeBuild.selectTree(pool, size).candidateScores(), 1, 1 + lead).candidates;
         }
         TreeBuild.Selection tree = TreeBuild.selectTree(pool, size);
         return new Proposal(new DraftTree(tree.tokens, tree.parents), null);

@@ -33,6 +33,7 @@ public final class MtpDrafter implements Drafter {
     private final boolean loraOnSlots;
     private final SamplerHead head;
     private final int width;
+    private final int maxWidth;
     private final int branch;
     private final double maskGain;
     private final NgramSource lookup;
@@ -70,6 +71,7 @@ public final class MtpDrafter implements Drafter {
         this.loraOnSlots = adapter.rank > 0;
         this.head = sampler && adapter.hasSampler ? adapter.samplerHead(engine, candidates) : null;
         int maxWidth = engine.manifest.maxWidth();
+        this.maxWidth = maxWidth;
         this.width = Math.min(width, maxWidth);
         this.branch = branch;
         this.maskGain = maskGain;
@@ -136,7 +138,7 @@ public final class MtpDrafter implements Drafter {
         return new TreeBuild.Expansion(tokens, p);
     }
 
-    private Proposal proposeTree(int[] contextIds, int root) {
+    private Proposal proposeTree(int[] contextIds, int root, int width) {
         TreeBuild.Pool lookupPool = lookup == null ? null : lookup.pool(contextIds, root);
         TreeBuild.Pool expansion = pendingLogits == null ? null
                 : TreeBuild.expansionPool(root, this::expand, pendingLogits.length, width - k - 1);
@@ -177,9 +179,10 @@ public final class MtpDrafter implements Drafter {
     }
 
     @Override
-    public Proposal propose(int[] contextIds, int root) {
-        if (layout.equals("tree")) {
-            return proposeTree(contextIds, root);
+    public Proposal propose(int[] contextIds, int root, int lead) {
+        if (layout.equals("tree")) { // a tree narrower than root + one draft + its masks does not pay: the full one
+            int room = maxWidth - lead;
+            return proposeTree(contextIds, root, room < k + 2 ? width : Math.min(width, room));
         }
         int[] drafts = drafts(root);
         int n = drafts.length + 1;
