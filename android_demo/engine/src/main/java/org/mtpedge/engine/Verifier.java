@@ -55,11 +55,7 @@ public final class Verifier {
                 }
             }
             if (match < 0 || match >= trusted) {
-                int[] result = new int[path.size()];
-                for (int i = 0; i < result.length; i++) {
-                    result[i] = path.get(i);
-                }
-                return new Result(result, target);
+                return new Result(toArray(path), target);
             }
             node = match;
             path.add(node);
