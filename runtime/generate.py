@@ -201,24 +201,9 @@ def generate(
         # the last free position: one plain step (a tree's padding rows would find no free cache column)
         drafting = drafter is not None and engine.cache.free > 1
         block = _propose(drafter, engine, context, root, carry) if drafting else _Block(DraftTree.single(root))
-        tree = block.tree
-        out = engine.run_tree(tree, block.slot_embeddings, lora_on_slots=drafter.lora_on_slots if drafting else False)
+        drafts, root, carry = _decode_step(engine, drafter, block, judge, sampler.choose, lossy)
         stats.decode_calls += 1
-        # only rows plain decoding would compute bit for bit are read: the block's leading chain inside the context
-        logits = judge(out) if drafting else out.logits
-        full_path, root = verify_tree(tree, logits, sampler.choose, out.plain_rows)
-        path = full_path[: engine.cache.free]
-        carry = []
-        if len(path) < len(full_path):  # no room for the whole path: the first node left out becomes the root
-            root = int(tree.tokens[full_path[len(path)]])
-        elif drafting and not lossy:
-            nodes, carry = untrusted_extension(tree, logits, path, root, out.plain_rows)
-            path_seen = path + nodes
-        engine.commit(out, path)
-        if drafting:
-            block.observe(drafter, out, path_seen if carry else path)
         stats.carried_blocks += block.lead > 0
-        drafts = [int(t) for t in accepted_tokens(tree, path)]
         stats.accepted_histogram[len(drafts)] += 1
         done = emit(drafts + [root])
     stats.new_tokens = len(output.new)
@@ -231,8 +216,8 @@ def generate(
 
 @dataclass
 class _Block:
-    """One decode call's tree: the drafter's own (`own`), led by `lead` nodes, the root and the drafts carried
-    from the call before but the last, which roots `own` (lead 0: the drafter's tree as it is)."""
+    """One decode call's tree: the drafter's own (`own`; None on a plain step), led by `lead` nodes, the root and
+    the drafts carried from the call before but the last, which roots `own` (lead 0: the drafter's tree as it is)."""
 
     tree: DraftTree
     slot_embeddings: np.ndarray | None = None
@@ -245,6 +230,29 @@ class _Block:
             drafter.observe(self.tree, out, path)
         elif len(path) > self.lead:
             drafter.observe(self.own, out.rows_from(self.lead), [node - self.lead for node in path[self.lead:]])
+
+
+def _decode_step(engine: Engine, drafter: Drafter | None, block: _Block, judge: Callable[[GraphOutput], np.ndarray],
+                 choose: Callable[[np.ndarray], int], lossy: bool) -> tuple[list[int], int, list[int]]:
+    """One graph call: run the block, verify it, commit the accepted path. Returns the drafts accepted, the next
+    root and the drafts carried into the next block."""
+    drafting = block.own is not None
+    tree = block.tree
+    out = engine.run_tree(tree, block.slot_embeddings, lora_on_slots=drafter.lora_on_slots if drafting else False)
+    # only rows plain decoding would compute bit for bit are read: the block's leading chain inside the context
+    logits = judge(out) if drafting else out.logits
+    full_path, root = verify_tree(tree, logits, choose, out.plain_rows)
+    path = full_path[: engine.cache.free]
+    carry, seen = [], path
+    if len(path) < len(full_path):  # no room for the whole path: the first node left out becomes the root
+        root = int(tree.tokens[full_path[len(path)]])
+    elif drafting and not lossy:
+        nodes, carry = untrusted_extension(tree, logits, path, root, out.plain_rows)
+        seen = path + nodes
+    engine.commit(out, path)
+    if drafting:
+        block.observe(drafter, out, seen)
+    return [int(t) for t in accepted_tokens(tree, path)], root, carry
 
 
 def _propose(drafter: Drafter, engine: Engine, context: list[int], root: int, carry: list[int]) -> _Block:
@@ -264,7 +272,7 @@ def _propose(drafter: Drafter, engine: Engine, context: list[int], root: int, ca
             parents = np.concatenate([np.arange(-1, lead - 1), np.where(own.parents < 0, lead - 1, own.parents + lead)])
             return _Block(DraftTree(tokens, parents), slot_embeddings, own, lead)
     own, slot_embeddings = drafter.propose(context, root)
-    return _Block(own, slot_embeddings)
+    return _Block(own, slot_embeddings, own)
 
 
 def _check_request(engine: Engine, prompt_ids: Sequence[int], max_new_tokens: int, sampler: Sampler,
