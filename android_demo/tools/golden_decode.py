@@ -55,7 +55,7 @@ TINY_SIZED_RECORDINGS = [("tiny_lookup_sized", "lookup", {}, 200, {1: 0.010, 8: 
 # hybrid with the adapter's learned masks (their default on such a bundle) and its gate on at the mask slots.
 # candidates 8 / 0: the sampler head's shortlist stays inside the recorded top-16 logits of a row (0 = no shortlist);
 # mask_gain 0 gives few mask owners, so that accepted paths end below them (the next drafts skip the used masks)
-TINY_MTP_RECORDINGS = [("tiny_mtp_tree", "mtp", {"candidates": 8}, 200),
+TINY_MTP_RECORDINGS = [("tiny_mtp_tree", "mtp", {"candidates": 8, "lookup": False}, 200),
                        ("tiny_mtp_tree_lookup", "mtp", {"lookup": True, "sampler": False, "mask_gain": 0.0}, 200),
                        ("tiny_mtp_quadratic", "mtp", {"mtp_layout": "quadratic", "candidates": 0}, 200),
                        ("tiny_mtp_linear", "mtp", {"mtp_layout": "linear", "masks": 2, "candidates": 8}, 200),

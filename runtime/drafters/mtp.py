@@ -17,8 +17,8 @@ logits and K/V are exactly the base model's and verification stays lossless):
                                                             ends on a node without masks, the next step drafts
                                                             from the masks of its deepest ancestor that has
                                                             some, minus those the path used (deepest_owner).
-                                                            `lookup=True` adds prompt-lookup chains to the same
-                                                            candidate pool, scored as in the hybrid drafter.
+                                                            `lookup` (default on) adds prompt-lookup chains to the
+                                                            same candidate pool, scored as in the hybrid drafter.
 
 The drafts of the next step come from the masks under the deepest accepted node: through the sampler head
 (each conditioned on the previous draft, the first on the new root), or the masks' plain logits (argmax)
@@ -76,7 +76,10 @@ class MtpOptions:
     width: int = option(16, "tree layout: slots per decode call")
     branch: int = option(4, "tree layout: best tokens tried after each node")
     mask_gain: float = option(2.0, "tree layout: tokens a mask forecast is worth when placing masks")
-    lookup: bool = option(False, "tree layout: prompt-lookup chains in the same tree (as the hybrid)")
+    # on by default for the tree: with the shipped adapter, 13 tuning questions tau 1.71 -> 2.00 (0.70x -> 0.91x
+    # plain), 52 report questions 1.75 -> 1.94 (benchmarks/results/mtp/README.md, eighth session)
+    lookup: bool | None = option(None, "tree layout: prompt-lookup chains in the same tree, as the hybrid "
+                                       "(default: on for the tree layout)")
 
     def __post_init__(self) -> None:
         if self.mtp_layout not in LAYOUTS:
@@ -97,7 +100,8 @@ class MtpDrafter(Drafter):
     def __init__(self, engine: Engine, options: MtpOptions) -> None:
         extras = mtp_extras(engine)
         mtp_layout, masks, sampler, candidates = options.mtp_layout, options.masks, options.sampler, options.candidates
-        branch, mask_gain, lookup = options.branch, options.mask_gain, options.lookup
+        branch, mask_gain = options.branch, options.mask_gain
+        lookup = options.lookup if options.lookup is not None else mtp_layout == "tree"
         trained_k = int(extras["k"])
         self.k = trained_k if masks is None else masks
         if not 1 <= self.k <= trained_k:

@@ -35,7 +35,9 @@ public final class Drafters {
                         options.containsKey("masks") ? Integer.valueOf(integer(options, "masks", 0)) : null,
                         bool(options, "sampler", true), integer(options, "candidates", 64),
                         integer(options, "width", 16), integer(options, "branch", 4), number(options, "mask_gain", 2.0),
-                        bool(options, "lookup", false));
+                        // prompt-lookup chains: on by default for the tree layout, as in mtpedge.runtime.drafters.mtp
+                        options.containsKey("lookup") ? bool(options, "lookup", false)
+                                : text(options, "mtp_layout", "tree").equals("tree"));
             default:
                 throw new IllegalArgumentException("unknown drafter '" + name + "': choose one of "
                         + String.join(", ", NAMES));
