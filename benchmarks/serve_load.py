@@ -219,7 +219,7 @@ def percentile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, max(0, round(q / 100 * len(values) + 0.5) - 1))]
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bundle", help="bundle folder (default: the SmolLM2 bundle in the mtpedge cache)")
     parser.add_argument("--clients", type=int, default=4)
@@ -233,69 +233,74 @@ def main() -> int:
                         "many MB during the load (default 0: none)")
     parser.add_argument("--health-interval", type=float, default=0.05, help="seconds between /health polls")
     parser.add_argument("--out", help="also write the result JSON here")
-    args = parser.parse_args()
-    load_before = os.getloadavg()
-    server, port = start_server(args)
+    return parser.parse_args()
+
+
+@dataclass
+class LoadRun:
+    references: list[Outcome]  # each prompt asked alone, before the load
+    outcomes: list[Outcome]  # every loaded request
+    wall_s: float
+    hostile: Hostile
+
+
+def run_load(args: argparse.Namespace, port: int) -> LoadRun:
+    """The reference answers, then the clients, the health poller, the slow clients and the big request at once."""
     hostile = Hostile()
     words = int(args.big_request_mb * 1e6 / 5) - 20  # a body of that many (decimal) MB, under the 4 MiB limit
     big_body = json.dumps({"messages": [{"role": "user", "content": "word " * words}],
                            "max_tokens": 8}).encode()  # encoded before the clock starts
-    try:
-        references = []
-        for i, prompt in enumerate(PROMPTS):  # one at a time: the answers every loaded request must match
-            ref = Outcome(-1, i, False)
-            chat_request(port, prompt, args.max_tokens, False, args.timeout, ref)
-            if not ref.ok:
-                raise SystemExit(f"reference request failed: {ref.error}")
-            references.append(ref)
-        outcomes: list[Outcome] = []
+    references = []
+    for i, prompt in enumerate(PROMPTS):  # one at a time: the answers every loaded request must match
+        ref = Outcome(-1, i, False)
+        chat_request(port, prompt, args.max_tokens, False, args.timeout, ref)
+        if not ref.ok:
+            raise SystemExit(f"reference request failed: {ref.error}")
+        references.append(ref)
+    outcomes: list[Outcome] = []
 
-        def client(c: int) -> None:
-            for j in range(args.requests):  # bounded: exactly M requests
-                outcome = Outcome(c, (c * args.requests + j) % len(PROMPTS), stream=(c + j) % 2 == 0)
-                chat_request(port, PROMPTS[outcome.prompt], args.max_tokens, outcome.stream, args.timeout, outcome)
-                outcomes.append(outcome)
+    def client(c: int) -> None:
+        for j in range(args.requests):  # bounded: exactly M requests
+            outcome = Outcome(c, (c * args.requests + j) % len(PROMPTS), stream=(c + j) % 2 == 0)
+            chat_request(port, PROMPTS[outcome.prompt], args.max_tokens, outcome.stream, args.timeout, outcome)
+            outcomes.append(outcome)
 
-        stop = threading.Event()
-        threads = [threading.Thread(target=client, args=(c,)) for c in range(args.clients)]
-        side = [threading.Thread(target=poll_health, args=(port, args.health_interval, stop, hostile))]
-        side += [threading.Thread(target=slow_client, args=(port, i % 2 == 1, stop, hostile))
-                 for i in range(args.slow_clients)]
-        started = time.perf_counter()
-        for t in threads + side:
-            t.start()
-        if args.big_request_mb:
-            time.sleep(2)  # while the clients' first requests run
-            big_request(port, big_body, hostile)
-        for t in threads:
-            t.join()
-        wall = time.perf_counter() - started
-        stop.set()
-        for t in side:
-            t.join(timeout=60)
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
-    failed = [o for o in outcomes if not o.ok]
-    corrupted = [o for o in outcomes if o.ok and (o.text, o.tokens, o.finish_reason) !=
-                 (references[o.prompt].text, references[o.prompt].tokens, references[o.prompt].finish_reason)]
-    for o in failed + corrupted:
-        print(f"client {o.client} prompt {o.prompt} stream={o.stream}: {o.error or 'answer differs from reference'}",
-              file=sys.stderr)
-    good = [o for o in outcomes if o.ok]
+    stop = threading.Event()
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(args.clients)]
+    side = [threading.Thread(target=poll_health, args=(port, args.health_interval, stop, hostile))]
+    side += [threading.Thread(target=slow_client, args=(port, i % 2 == 1, stop, hostile))
+             for i in range(args.slow_clients)]
+    started = time.perf_counter()
+    for t in threads + side:
+        t.start()
+    if args.big_request_mb:
+        time.sleep(2)  # while the clients' first requests run
+        big_request(port, big_body, hostile)
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - started
+    stop.set()
+    for t in side:
+        t.join(timeout=60)
+    return LoadRun(references, outcomes, wall, hostile)
+
+
+def summarize(args: argparse.Namespace, run: LoadRun, failed: list[Outcome], corrupted: list[Outcome],
+              load_before: tuple[float, ...]) -> dict:
+    hostile, references, wall = run.hostile, run.references, run.wall_s
+    good = [o for o in run.outcomes if o.ok]
     latencies = [o.latency_s for o in good]
     ttft = [o.first_token_s for o in good if o.stream]
     tokens = sum(o.tokens for o in good)
-    alone = statistics.mean(r.latency_s for r in references)
-    result = {
-        "clients": args.clients, "requests_per_client": args.requests, "requests": len(outcomes),
+    return {
+        "clients": args.clients, "requests_per_client": args.requests, "requests": len(run.outcomes),
         "max_tokens": args.max_tokens, "drafter": args.drafter, "failed": len(failed), "corrupted": len(corrupted),
         "wall_s": round(wall, 2), "requests_per_s": round(len(good) / wall, 3),
         "completion_tokens": tokens, "tokens_per_s": round(tokens / wall, 2),
         "latency_p50_s": round(percentile(latencies, 50), 3), "latency_p90_s": round(percentile(latencies, 90), 3),
         "latency_p99_s": round(percentile(latencies, 99), 3), "latency_max_s": round(max(latencies, default=0), 3),
         "first_token_p50_s": round(percentile(ttft, 50), 3), "first_token_p90_s": round(percentile(ttft, 90), 3),
-        "alone_latency_mean_s": round(alone, 3),
+        "alone_latency_mean_s": round(statistics.mean(r.latency_s for r in references), 3),
         "alone_tokens_per_s": round(sum(r.tokens for r in references) / sum(r.latency_s for r in references), 2),
         "health_polls": len(hostile.health_s), "health_errors": len(hostile.health_errors),
         "health_p50_ms": round(1000 * percentile(hostile.health_s, 50), 1),
@@ -309,17 +314,35 @@ def main() -> int:
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
     }
+
+
+def main() -> int:
+    args = parse_args()
+    load_before = os.getloadavg()
+    server, port = start_server(args)
+    try:
+        run = run_load(args, port)
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    failed = [o for o in run.outcomes if not o.ok]
+    corrupted = [o for o in run.outcomes if o.ok and (o.text, o.tokens, o.finish_reason) != (
+        run.references[o.prompt].text, run.references[o.prompt].tokens, run.references[o.prompt].finish_reason)]
+    for o in failed + corrupted:
+        print(f"client {o.client} prompt {o.prompt} stream={o.stream}: {o.error or 'answer differs from reference'}",
+              file=sys.stderr)
+    result = summarize(args, run, failed, corrupted, load_before)
     print(f"{'metric':<24}{'value':>12}")
     for key, value in result.items():
         print(f"{key:<24}{value!s:>12}")
-    for error in hostile.health_errors[:5]:
+    for error in run.hostile.health_errors[:5]:
         print(f"/health: {error}", file=sys.stderr)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({**result, "command": " ".join(sys.argv)}, indent=1) + "\n")
     print(json.dumps(result))
-    big_refused = not args.big_request_mb or hostile.big_code == "context_length_exceeded"
-    return 1 if failed or corrupted or hostile.health_errors or not big_refused else 0
+    big_refused = not args.big_request_mb or run.hostile.big_code == "context_length_exceeded"
+    return 1 if failed or corrupted or run.hostile.health_errors or not big_refused else 0
 
 
 if __name__ == "__main__":
