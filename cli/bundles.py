@@ -69,15 +69,7 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
     the trained copy's graphs, float32)."""
     if bundle:
         return Path(bundle)
-    if mtp and dmtd:
-        raise SystemExit("mtp and the dmtd drafters run on different bundles: name one family per run, or pass "
-                         "--bundle DIR")
-    if mtp and model is not None:
-        raise SystemExit("the mtp drafter needs a bundle exported with your model's adapter: `mtpedge train-mtp`, "
-                         "then `mtpedge export MODEL --mtp-adapter ADAPTER.pt --out DIR`, then --bundle DIR")
-    if dmtd and model is not None:
-        raise SystemExit("the dmtd drafters need a DMTD bundle of your model: `mtpedge train-dmtd MODEL --data DIR "
-                         "--out CKPT --export-bundle DIR`, then --bundle DIR")
+    _refuse_unshipped(model, mtp, dmtd)
     fast = not mtp and not dmtd and is_fast(model, precision)
     flavor = "mtp" if mtp else "dmtd" if dmtd else FAST_LABEL if fast else None
     folder = default_bundle_dir(model, context, flavor)
@@ -97,15 +89,7 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
             "`pip install 'mtpedge[export]'`, or pass --bundle DIR"
         ) from err
     if cached:  # the atomic export replaces it only once the new one is complete
-        if stale:
-            say(f"the cached bundle {folder} was exported by another version of mtpedge (its graphs take other "
-                "inputs): re-exporting it")
-        elif fast and _recipe_differs(folder):
-            say(f"the cached bundle {folder} was made by another fast recipe than this mtpedge's (its manifest's "
-                "quantization config differs): re-exporting it")
-        else:
-            shipped = "DMTD model" if dmtd else "learned masks"
-            say(f"the cached bundle {folder} predates the {shipped} shipped for the default model: re-exporting it")
+        say(_reexport_reason(folder, stale, fast, dmtd))
     what = "the default model" if model is None else model
     extra = {"mtp": " with its shipped multi-token adapter", "dmtd": " with its shipped DMTD model",
              FAST_LABEL: " on its GGUF grid (fast kernels)"}.get(flavor, "")
@@ -127,6 +111,30 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
                                               **({"decode_widths": FAST_DECODE_WIDTHS} if fast else {})),
                   progress=say)
     return folder
+
+
+def _refuse_unshipped(model: str | None, mtp: bool, dmtd: bool) -> None:
+    """The trained drafters' cached bundles exist for the default model only: say how to make one otherwise."""
+    if mtp and dmtd:
+        raise SystemExit("mtp and the dmtd drafters run on different bundles: name one family per run, or pass "
+                         "--bundle DIR")
+    if mtp and model is not None:
+        raise SystemExit("the mtp drafter needs a bundle exported with your model's adapter: `mtpedge train-mtp`, "
+                         "then `mtpedge export MODEL --mtp-adapter ADAPTER.pt --out DIR`, then --bundle DIR")
+    if dmtd and model is not None:
+        raise SystemExit("the dmtd drafters need a DMTD bundle of your model: `mtpedge train-dmtd MODEL --data DIR "
+                         "--out CKPT --export-bundle DIR`, then --bundle DIR")
+
+
+def _reexport_reason(folder: Path, stale: bool, fast: bool, dmtd: bool) -> str:
+    if stale:
+        return (f"the cached bundle {folder} was exported by another version of mtpedge (its graphs take other "
+                "inputs): re-exporting it")
+    if fast and _recipe_differs(folder):
+        return (f"the cached bundle {folder} was made by another fast recipe than this mtpedge's (its manifest's "
+                "quantization config differs): re-exporting it")
+    shipped = "DMTD model" if dmtd else "learned masks"
+    return f"the cached bundle {folder} predates the {shipped} shipped for the default model: re-exporting it"
 
 
 def _other_version(folder: Path) -> bool:
