@@ -180,48 +180,10 @@ def _write_contents(loaded: LoadedModel, folder: Path, config: ExportConfig, say
     loaded.tokenizer.backend_tokenizer.save(str(folder / "tokenizer.json"))
     embeddings = loaded.decoder.model.embed_tokens.weight.detach().numpy().astype(np.float32)
     np.save(folder / "embeddings.npy", embeddings)
-
-    graph_module, mtp_extras = loaded.decoder, {}
-    if config.mtp_adapter:
-        from .mtp_export import MtpExport
-
-        mtp = MtpExport.load(config.mtp_adapter, loaded)
-        graph_module = mtp.graph_module(loaded.decoder)
-        mtp_extras = {"mtp": mtp.write_files(folder)}
-    elif masks is not None:
-        from .learned_masks import write_masks_into_bundle
-
-        mtp_extras = {"mtp": write_masks_into_bundle(folder, *masks)}
-        say(f"learned masks attached (k={masks[0].masks.shape[0]}, from {masks[1]})")
+    graph_module, mtp_extras = _graph_module(loaded, folder, config, say, masks)
     adapter = bool(mtp_extras.get("mtp", {}).get("adapter_graphs"))
-    if config.tap_layer:
-        from ..models.decoder import TappedDecoder
-
-        graph_module = TappedDecoder(loaded.decoder, config.tap_layer)
-        mtp_extras[LAYER_HIDDEN] = config.tap_layer
-
-    specs = [(kind, width, context) for context in (config.context, *sorted(config.context_buckets, reverse=True))
-             for kind, width in [("prefill", config.prefill_width)] + [("decode", w) for w in config.decode_widths]]
-    weights = SharedWeights(folder / WEIGHTS_FILE)
-    entries, parity, fused = [], {}, {}
-    try:
-        for i, (kind, width, context) in enumerate(specs, 1):
-            name = graph_name(kind, width, context)
-            step_started = time.perf_counter()
-            say(f"[{i}/{len(specs)}] tracing {name}")
-            shape = _shape(cfg, width, context, adapter, config.tap_layer)
-            graph = trace_graph(graph_module, shape)
-            check_contract(graph, shape)
-            if _fuses_ops(config):
-                fused = fuse_decoder_ops(graph)
-            weights.externalize(graph)
-            onnx.save_model(graph, folder / f"{name}.onnx")
-            del graph
-            entries.append(GraphEntry(name, f"{name}.onnx", kind, width, context, "float32",
-                                      shape.input_shapes(), shape.output_shapes()))
-            say(f"[{i}/{len(specs)}] wrote {name} ({time.perf_counter() - step_started:.1f} s)")
-    finally:
-        weights.close()
+    entries, fused = _write_graphs(graph_module, cfg, folder, config, adapter, say)
+    parity = {}
     if config.check_parity:
         for entry in entries:
             parity[entry.name] = graph_parity(loaded.decoder, folder / entry.file, _shape(cfg, entry.width,
@@ -244,6 +206,56 @@ def _write_contents(loaded: LoadedModel, folder: Path, config: ExportConfig, say
                 **(tree_template_extras(config.decode_widths) if config.tree_templates else {}), **mtp_extras,
                 **config.extras},
     )
+
+
+def _graph_module(loaded: LoadedModel, folder: Path, config: ExportConfig, say, masks) -> tuple:
+    """The module the graphs are traced from (the base, its MTP adapter or a tapped decoder) and its manifest
+    extras; an adapter's or learned masks' files are written into the folder."""
+    graph_module, mtp_extras = loaded.decoder, {}
+    if config.mtp_adapter:
+        from .mtp_export import MtpExport
+
+        mtp = MtpExport.load(config.mtp_adapter, loaded)
+        graph_module = mtp.graph_module(loaded.decoder)
+        mtp_extras = {"mtp": mtp.write_files(folder)}
+    elif masks is not None:
+        from .learned_masks import write_masks_into_bundle
+
+        mtp_extras = {"mtp": write_masks_into_bundle(folder, *masks)}
+        say(f"learned masks attached (k={masks[0].masks.shape[0]}, from {masks[1]})")
+    if config.tap_layer:
+        from ..models.decoder import TappedDecoder
+
+        graph_module = TappedDecoder(loaded.decoder, config.tap_layer)
+        mtp_extras[LAYER_HIDDEN] = config.tap_layer
+    return graph_module, mtp_extras
+
+
+def _write_graphs(graph_module, cfg, folder: Path, config: ExportConfig, adapter: bool, say) -> tuple[list, dict]:
+    """Trace, check and save every graph (each bucket's prefill and decode widths) over one shared weights file."""
+    specs = [(kind, width, context) for context in (config.context, *sorted(config.context_buckets, reverse=True))
+             for kind, width in [("prefill", config.prefill_width)] + [("decode", w) for w in config.decode_widths]]
+    weights = SharedWeights(folder / WEIGHTS_FILE)
+    entries, fused = [], {}
+    try:
+        for i, (kind, width, context) in enumerate(specs, 1):
+            name = graph_name(kind, width, context)
+            step_started = time.perf_counter()
+            say(f"[{i}/{len(specs)}] tracing {name}")
+            shape = _shape(cfg, width, context, adapter, config.tap_layer)
+            graph = trace_graph(graph_module, shape)
+            check_contract(graph, shape)
+            if _fuses_ops(config):
+                fused = fuse_decoder_ops(graph)
+            weights.externalize(graph)
+            onnx.save_model(graph, folder / f"{name}.onnx")
+            del graph
+            entries.append(GraphEntry(name, f"{name}.onnx", kind, width, context, "float32",
+                                      shape.input_shapes(), shape.output_shapes()))
+            say(f"[{i}/{len(specs)}] wrote {name} ({time.perf_counter() - step_started:.1f} s)")
+    finally:
+        weights.close()
+    return entries, fused
 
 
 def _shape(cfg, width: int, context: int, adapter: bool = False, tap_layer: int = 0):
