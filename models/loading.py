@@ -154,7 +154,7 @@ def _load_with_transformers(folder: Path, gguf_file: str | None) -> tuple[Any, A
                 f"architectures {sorted(declared)} are not supported (supported: {sorted(_HF_CLASSES)})"
             )
     try:
-        # the config read above: a GGUF file is parsed once less (4-6 s of ~20 for SmolLM2 here)
+        # the config read above: a GGUF file is parsed once less (a few seconds per SmolLM2 load here)
         hf_model = AutoModelForCausalLM.from_pretrained(folder, config=hf_config, dtype=torch.float32, **kwargs)
         tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
     except Exception as err:
