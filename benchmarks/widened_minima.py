@@ -5,7 +5,7 @@
 For SmolLM2's two MLP shapes (576 -> 1536, 1536 -> 576), one random Q4_1 grid each, interleaved call by call:
   q4+min   the fast bundle's form: 4-bit codes, int8 activations, the minimum by ReduceSum + MatMul + Add
   w8-zp    the same codes times 16 as 8-bit codes, the minimum in an integer zero point (export/block_weights.py
-           at commit 6d1f0e4: `widen_to_8bit`), int8 activations
+           at commit c3bb06c: `widen_to_8bit`), int8 activations
   float    float32 MatMul of the grid
 Prints the median microseconds per call at widths 1/4/16, whether row 0 of a 16-row call equals the one-row call
 bit for bit, and each form's error against the exact product x @ grid (16 rows of heavy-tailed activations).

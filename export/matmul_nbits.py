@@ -71,13 +71,9 @@ class MatMulRewriter:
         codes_name, scales_name = f"{base}.q{weights.bits}", f"{base}.scales"
         self._new_inits += [numpy_helper.from_array(weights.packed(), codes_name),
                             numpy_helper.from_array(weights.scales.reshape(-1), scales_name)]
-        inputs = [x, codes_name, scales_name]
-        if weights.zero_points is not None:
-            inputs.append(f"{base}.zero_points")
-            self._new_inits.append(numpy_helper.from_array(weights.packed_zero_points(), inputs[-1]))
         nbits_out = y if weights.offsets is None else f"{y}.blocks"
         new = [helper.make_node(
-            "MatMulNBits", inputs, [nbits_out], name=f"{first.name or y}.nbits",
+            "MatMulNBits", [x, codes_name, scales_name], [nbits_out], name=f"{first.name or y}.nbits",
             domain=MS_DOMAIN, K=k, N=n, bits=weights.bits, block_size=weights.block_size,
             accuracy_level=accuracy_level)]
         if weights.offsets is not None:

@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from .block_weights import BlockWeights, quantize_rtn, widen_to_8bit
+from .block_weights import BlockWeights, quantize_rtn
 from .matmul_nbits import MatMulRewriter, weight_matmuls
 from .onnx_graphs import SharedWeights
 from .staging import copy_host_files, float_source, staged_folder
@@ -58,9 +58,6 @@ class QuantConfig:
     # MatMuls of one input (q/k/v, gate/up) as one MatMulNBits side by side (matmul_nbits.py): the same outputs bit
     # for bit, one kernel call instead of three (results/fast section 13)
     side_by_side: bool = True
-    # 4-bit blocks with minima (Q4_1) as 8-bit codes with integer zero points (block_weights.widen_to_8bit): the
-    # minimum applied inside MatMulNBits instead of a correction MatMul + Add (results/fast section 21)
-    minima_in_kernel: bool = False
     quality_report: bool = True
 
     def __post_init__(self) -> None:
@@ -90,7 +87,6 @@ class QuantConfig:
             main += "".join(f"-{role.split('_')[0]}0" for role in self.float_activation_roles)
             main += "".join(f"-{role.split('_')[0]}{FINE_BLOCK}" for role in self.fine_activation_roles)
         main += "-fused" if self.fused_ops else ""
-        main += "-w8" if self.minima_in_kernel else ""
         return main if self.output_layer == "same" else f"{main}+out:{self.output_layer}"
 
 
@@ -186,14 +182,12 @@ def quantize_graph(src_file: Path, source: WeightSource, weights_file: SharedWei
         init = next(t for t in model.graph.initializer if t.name == matmul.weight_name)
         weights = source.weights_for(_read_external(init, folder), matmul.is_output_layer)
         if weights is not None:
-            if source.config.minima_in_kernel and weights.bits == 4 and weights.offsets is not None:
-                weights = widen_to_8bit(weights)
             is_8bit = weights.bits == 8
             if source.config.is_fine(matmul.node.name) and weights.block_size > FINE_BLOCK:
                 weights = weights.split_blocks(FINE_BLOCK)
             level = 4 if is_8bit else source.config.level_for(matmul.node.name)
             shared = matmul.node.input[0] if source.config.side_by_side else matmul.node.output[0]
-            key = (level, shared, *weights.kind)
+            key = (level, shared, weights.shape[1], weights.bits, weights.block_size, weights.offsets is None)
             groups.setdefault(key, []).append((matmul.node, weights))
     for (level, *_), members in groups.items():
         rewriter.replace_side_by_side([node for node, _ in members], [w for _, w in members], level)
