@@ -29,7 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, dequantize
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, dequantize
+
+from mtpedge.models.gguf_file import GGUFFile
 
 from .block_weights import BlockWeights
 
@@ -116,13 +118,13 @@ def decompose(raw: np.ndarray, qtype: GGMLQuantizationType, name: str = "?") -> 
 
 def read_grid_tensors(path: str | Path) -> dict[str, GridTensor]:
     """Every 2-D quantized tensor of a GGUF file, decomposed (F32/F16 tensors are skipped: nothing to keep)."""
-    reader = GGUFReader(str(path))
+    gguf = GGUFFile.open(path)
     out: dict[str, GridTensor] = {}
-    for tensor in reader.tensors:
-        qtype = GGMLQuantizationType(int(tensor.tensor_type))
+    for tensor in gguf.tensors.values():
+        qtype = tensor.qtype
         if qtype in (Q.F32, Q.F16, Q.BF16) or len(tensor.shape) != 2:
             continue
-        raw = np.asarray(tensor.data)
+        raw = gguf.raw(tensor.name)
         parts, hashes, error = [], [], 0.0
         for start in range(0, raw.shape[0], ROWS_PER_CHUNK):
             weights, w = decompose(raw[start:start + ROWS_PER_CHUNK], qtype, tensor.name)

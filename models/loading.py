@@ -1,8 +1,11 @@
 """Load weights from a GGUF file or a local Hugging Face folder into the reference decoder.
 
-transformers does the format work (GGUF dequantization and llama.cpp's q/k permutation, safetensors,
-sharded checkpoints); this module maps its config onto `DecoderConfig`, checks every shape it copies and
-turns each way a model can be wrong into a `ModelLoadError` that names the problem and the fix.
+A byte-level-BPE LLaMA / Qwen2 / Qwen3 GGUF file is read by this package (gguf_file, gguf_model,
+gguf_tokenizer: one parse of the file, ~1.5 s for SmolLM2 where transformers took ~40, results in
+tests/test_gguf_loading.py's docstring); any other GGUF file and every Hugging Face folder go through
+transformers (safetensors, sharded checkpoints, sentencepiece vocabularies). This module maps either onto
+`DecoderConfig`, checks every shape it copies and turns each way a model can be wrong into a
+`ModelLoadError` that names the problem and the fix.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ import torch
 from mtpedge.runtime.bundle import files_sha256
 from mtpedge.runtime.model_config import SUPPORTED_ARCHITECTURES, DecoderConfig, RopeConfig
 
+from . import gguf_model, gguf_tokenizer
 from .decoder import Decoder
+from .gguf_file import GGUFError, GGUFFile
 
 log = logging.getLogger(__name__)
 
@@ -170,11 +175,17 @@ def load_model(path: str | Path | None = None) -> LoadedModel:
     if source.is_file():
         if source.suffix != ".gguf":
             raise ModelLoadError(f"{source} is not a .gguf file: pass a GGUF file or a Hugging Face model folder")
-        with open(source, "rb") as f:
-            if f.read(4) != b"GGUF":
-                raise ModelLoadError(f"{source} does not start with the GGUF magic: the file is damaged or not GGUF")
-        folder, gguf_file, files = source.parent, source.name, [source]
-        name = source.stem
+        log.info("loading %s", source)
+        try:
+            gguf = GGUFFile.open(source)
+        except GGUFError as err:
+            raise ModelLoadError(str(err)) from err
+        reason = gguf_model.unsupported_reason(gguf) or (
+            None if gguf_tokenizer.supports(gguf) else "its tokenizer's pre-tokenizer")
+        if reason is None:
+            return _load_gguf(gguf)
+        log.info("%s: %s is read through transformers", source.name, reason)
+        folder, gguf_file, files, name = source.parent, source.name, [source], source.stem
     else:
         if not (source / "config.json").is_file():
             raise ModelLoadError(f"{source} has no config.json: it is not a Hugging Face model folder")
@@ -186,10 +197,26 @@ def load_model(path: str | Path | None = None) -> LoadedModel:
         if not files:
             raise ModelLoadError(f"{source} holds no *.safetensors or *.bin weights")
         folder, gguf_file, name = source, None, source.name
-    log.info("loading %s", source)
+        log.info("loading %s", source)
     config, hf_model, tokenizer = _load_with_transformers(folder, gguf_file)
     decoder = decoder_from_state_dict(config, hf_model.state_dict())
     return LoadedModel(config, decoder, tokenizer, source, files_sha256(files), name, stop_tokens(hf_model, tokenizer))
+
+
+def _load_gguf(gguf: GGUFFile) -> LoadedModel:
+    try:
+        config = gguf_model.config_from_gguf(gguf)
+    except (KeyError, ValueError, TypeError) as err:
+        raise ModelLoadError(f"{gguf.path}: {err}: the file's metadata is incomplete or damaged") from err
+    try:
+        state = gguf_model.state_dict_from_gguf(gguf, config)
+        tokenizer = gguf_tokenizer.tokenizer_from_gguf(gguf)
+    except (ValueError, KeyError, IndexError, TypeError) as err:
+        raise ModelLoadError(f"cannot read the weights or tokenizer of {gguf.path}: {err}") from err
+    decoder = decoder_from_state_dict(config, state)
+    stops = sorted(set(gguf_model.stop_token_ids(gguf)) | (
+        {int(tokenizer.eos_token_id)} if tokenizer.eos_token_id is not None else set()))
+    return LoadedModel(config, decoder, tokenizer, gguf.path, files_sha256([gguf.path]), gguf.path.stem, stops)
 
 
 def stop_tokens(hf_model: Any, tokenizer: Any) -> list[int]:
