@@ -73,7 +73,7 @@ class _Cursor:
         n = self.scalar("<Q", what)
         if n * min_item_bytes > len(self.data) - self.pos:
             raise GGUFError(f"{self.path}: {what} claims {n} entries, more than the file's remaining "
-                            f"{len(self.data) - self.pos} bytes can hold: the file is damaged")
+                            f"{len(self.data) - self.pos} bytes can hold: the file is truncated or damaged")
         return n
 
     def value(self, type_id: int, what: str, depth: int = 0) -> Any:

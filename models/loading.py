@@ -210,9 +210,13 @@ def _load_gguf(gguf: GGUFFile) -> LoadedModel:
         raise ModelLoadError(f"{gguf.path}: {err}: the file's metadata is incomplete or damaged") from err
     try:
         state = gguf_model.state_dict_from_gguf(gguf, config)
+    except (ValueError, KeyError, TypeError) as err:
+        raise ModelLoadError(f"cannot read the weights of {gguf.path}: {err}: the file is damaged") from err
+    try:
         tokenizer = gguf_tokenizer.tokenizer_from_gguf(gguf)
-    except (ValueError, KeyError, IndexError, TypeError) as err:
-        raise ModelLoadError(f"cannot read the weights or tokenizer of {gguf.path}: {err}") from err
+    except Exception as err:  # the tokenizers library raises a bare Exception for an inconsistent vocabulary
+        raise ModelLoadError(f"cannot build the tokenizer of {gguf.path}: {err}: the file's vocabulary or "
+                             "merges are damaged") from err
     decoder = decoder_from_state_dict(config, state)
     stops = sorted(set(gguf_model.stop_token_ids(gguf)) | (
         {int(tokenizer.eos_token_id)} if tokenizer.eos_token_id is not None else set()))
