@@ -3,7 +3,9 @@
 Measured when this loader landed (eleventh session, AVX2 EPYC, nothing else running): loading SmolLM2's
 Q4_1 file took 2.9 s against 22.3 s through transformers, with bit-identical weights; the fast bundle
 exported after the change was byte-identical to the one exported before (every graph, weights.data,
-tokenizer.json).
+tokenizer.json). Checked by hand, not in CI (a 491 MB file): Qwen2.5-Coder-0.5B-Instruct's Q4_K_M GGUF (qwen2
+pre-tokenizer; Q5_0 / Q8_0 / Q6_K / Q4_K tensors) gave the same config, bit-identical weights, the same
+tokenizer JSON, ids, chat prompt and stop ids as transformers, in 22 s against 70 s (load ~3).
 """
 
 from __future__ import annotations
