@@ -3,8 +3,10 @@
 `gguf_file.GGUFFile` parses the file once; this module maps llama.cpp's names and layout onto the Hugging Face
 ones `Decoder` uses: llama.cpp stores LLaMA's q and k rows permuted for its rotary kernel (its converter's
 `permute`), so they are put back here, and the byte-level BPE tokenizer is rebuilt from the vocabulary and
-merges in the metadata. What this module does not know (a sentencepiece vocabulary, rope scaling,
-per-dimension `rope_freqs`) is left to transformers: `supported` says which path a file takes.
+merges in the metadata. A sentencepiece vocabulary is left to transformers (`unsupported_reason` says which
+path a file takes). Rope scaling other than linear is refused: transformers' GGUF reader (5.x) drops
+`{arch}.rope.scaling.*` and `rope_freqs` for these architectures, so such a file loaded there would silently
+run with unscaled rotary frequencies.
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ LAYER_NAMES = {
 _BYTE_LEVEL_TOKENIZER = "gpt2"  # llama.cpp's name for byte-level BPE (GPT-2, SmolLM, Qwen, Llama 3)
 
 
+class UnsupportedGGUF(ValueError):
+    """A well-formed GGUF file that describes something the reference decoder cannot run."""
+
+
 def unsupported_reason(gguf: GGUFFile) -> str | None:
     """Why this module cannot load the file itself (transformers then does), or None."""
     arch = gguf.metadata.get("general.architecture")
@@ -41,9 +47,24 @@ def unsupported_reason(gguf: GGUFFile) -> str | None:
         return f"architecture {arch!r}"
     if gguf.metadata.get("tokenizer.ggml.model") != _BYTE_LEVEL_TOKENIZER:
         return f"tokenizer {gguf.metadata.get('tokenizer.ggml.model')!r}"
-    if gguf.metadata.get(f"{arch}.rope.scaling.type", "none") != "none" or "rope_freqs.weight" in gguf.tensors:
-        return "rope scaling"
     return None
+
+
+def rope_from_gguf(gguf: GGUFFile, arch: str) -> RopeConfig:
+    """Rotary settings: plain or linearly scaled; anything else is refused rather than run unscaled."""
+    theta = float(gguf.metadata.get(f"{arch}.rope.freq_base", 10000.0))
+    if "rope_freqs.weight" in gguf.tensors:
+        raise UnsupportedGGUF(
+            f"{gguf.path} carries per-dimension rotary frequencies (rope_freqs: Llama 3.1-style scaling), which "
+            "cannot be mapped back onto the scaling's settings: export the model's Hugging Face folder instead")
+    scaling = gguf.metadata.get(f"{arch}.rope.scaling.type", "none")
+    if scaling == "none":
+        return RopeConfig(theta=theta)
+    if scaling == "linear":
+        return RopeConfig(theta=theta, rope_type="linear",
+                          factor=float(gguf.metadata[f"{arch}.rope.scaling.factor"]))
+    raise UnsupportedGGUF(f"{gguf.path}: rope scaling {scaling!r} is not supported (none and linear are): export "
+                          "the model's Hugging Face folder instead")
 
 
 def config_from_gguf(gguf: GGUFFile) -> DecoderConfig:
@@ -68,7 +89,7 @@ def config_from_gguf(gguf: GGUFFile) -> DecoderConfig:
         num_kv_heads=int(meta.get(f"{arch}.attention.head_count_kv", heads)),
         head_dim=int(meta.get(f"{arch}.attention.key_length", hidden // heads)),
         rms_norm_eps=float(need("attention.layer_norm_rms_epsilon")),
-        rope=RopeConfig(theta=float(meta.get(f"{arch}.rope.freq_base", 10000.0))),
+        rope=rope_from_gguf(gguf, arch),
         tie_word_embeddings="output.weight" not in gguf.tensors,
         qkv_bias=arch == "qwen2",
         qk_norm=arch == "qwen3",

@@ -206,6 +206,8 @@ def load_model(path: str | Path | None = None) -> LoadedModel:
 def _load_gguf(gguf: GGUFFile) -> LoadedModel:
     try:
         config = gguf_model.config_from_gguf(gguf)
+    except gguf_model.UnsupportedGGUF as err:
+        raise ModelLoadError(str(err)) from err
     except (KeyError, ValueError, TypeError) as err:
         raise ModelLoadError(f"{gguf.path}: {err}: the file's metadata is incomplete or damaged") from err
     try:

@@ -43,7 +43,8 @@ def llama_cpp_permute(weight: np.ndarray, heads: int) -> np.ndarray:
         weight.shape)
 
 
-def write_gguf(folder: Path, out: Path, *, rope_scaling: bool = False, tokenizer_model: str = "gpt2") -> Path:
+def write_gguf(folder: Path, out: Path, *, rope_scaling: str | None = None, tokenizer_model: str = "gpt2",
+               rope_freqs: bool = False) -> Path:
     """A GGUF file with the tiny model of `folder`, written as llama.cpp's converter lays one out."""
     from safetensors.torch import load_file
 
@@ -69,7 +70,7 @@ def write_gguf(folder: Path, out: Path, *, rope_scaling: bool = False, tokenizer
     writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
     writer.add_rope_freq_base(float((config.get("rope_parameters") or {}).get("rope_theta", 10000.0)))
     if rope_scaling:
-        writer.add_string(f"{arch}.rope.scaling.type", "linear")
+        writer.add_string(f"{arch}.rope.scaling.type", rope_scaling)
         writer.add_float32(f"{arch}.rope.scaling.factor", 2.0)
     writer.add_tokenizer_model(tokenizer_model)
     writer.add_tokenizer_pre("qwen2" if arch != "llama" else "smollm")
@@ -95,6 +96,8 @@ def write_gguf(folder: Path, out: Path, *, rope_scaling: bool = False, tokenizer
             writer.add_tensor(names[hf_name], value.astype(np.float16), raw_dtype=GGMLQuantizationType.F16)
         else:
             writer.add_tensor(names[hf_name], np.ascontiguousarray(value, dtype=np.float32))
+    if rope_freqs:
+        writer.add_tensor("rope_freqs.weight", np.ones(config["hidden_size"] // heads // 2, dtype=np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -163,14 +166,23 @@ def test_smollm2_gguf_loads_as_transformers_loads_it(smollm2_model):
     assert smollm2_model.stop_token_ids == [2]
 
 
-def test_files_this_loader_does_not_know_go_through_transformers(tiny_model_dir, tmp_path):
+def test_rope_scaling_is_read_or_refused_never_dropped(tiny_model_dir, tmp_path):
+    """transformers' GGUF reader drops rope scaling for these architectures; here linear scaling is kept and
+    the kinds the decoder cannot run are refused by name."""
     folder = tiny_model_dir("qwen2")
-    scaled = GGUFFile.open(write_gguf(folder, tmp_path / "scaled.gguf", rope_scaling=True))
-    assert gguf_model.unsupported_reason(scaled) == "rope scaling"
-    spm = GGUFFile.open(write_gguf(folder, tmp_path / "spm.gguf", tokenizer_model="llama"))
+    scaled = load_model(write_gguf(folder, tmp_path / "linear.gguf", rope_scaling="linear"))
+    assert scaled.config.rope == RopeConfig(theta=10000.0, rope_type="linear", factor=2.0)
+    with pytest.raises(ModelLoadError, match="rope scaling 'yarn' is not supported"):
+        load_model(write_gguf(folder, tmp_path / "yarn.gguf", rope_scaling="yarn"))
+    with pytest.raises(ModelLoadError, match="rope_freqs.*Hugging Face folder"):
+        load_model(write_gguf(folder, tmp_path / "freqs.gguf", rope_freqs=True))
+
+
+def test_a_sentencepiece_gguf_goes_through_transformers(tiny_model_dir, tmp_path):
+    spm = GGUFFile.open(write_gguf(tiny_model_dir("qwen2"), tmp_path / "spm.gguf", tokenizer_model="llama"))
     assert gguf_model.unsupported_reason(spm) == "tokenizer 'llama'"
-    plain = GGUFFile.open(write_gguf(folder, tmp_path / "plain.gguf"))
-    assert gguf_model.unsupported_reason(plain) is None
+    assert gguf_model.unsupported_reason(GGUFFile.open(write_gguf(tiny_model_dir("qwen2"), tmp_path / "bpe.gguf"))) \
+        is None
 
 
 @pytest.fixture(scope="module")
