@@ -111,8 +111,6 @@ class GGUFFile:
         with open(path, "rb") as f:
             if f.read(4) != MAGIC:
                 raise GGUFError(f"{path} does not start with the GGUF magic: the file is damaged or not GGUF")
-            if path.stat().st_size == 0:
-                raise GGUFError(f"{path} is empty")
             mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         cur = _Cursor(mapped, path)
         cur.take(4, "magic")

@@ -19,6 +19,7 @@ from gguf import GGMLQuantizationType, dequantize
 
 from mtpedge.runtime.model_config import SUPPORTED_ARCHITECTURES, DecoderConfig, RopeConfig
 
+from . import gguf_tokenizer
 from .gguf_file import GGUFFile
 
 # llama.cpp's tensor names -> the Hugging Face names `Decoder.state_dict()` uses ({i}: the layer)
@@ -33,8 +34,6 @@ LAYER_NAMES = {
     "attn_k_norm.weight": "self_attn.k_norm.weight", "ffn_gate.weight": "mlp.gate_proj.weight",
     "ffn_up.weight": "mlp.up_proj.weight", "ffn_down.weight": "mlp.down_proj.weight",
 }
-_BYTE_LEVEL_TOKENIZER = "gpt2"  # llama.cpp's name for byte-level BPE (GPT-2, SmolLM, Qwen, Llama 3)
-
 
 class UnsupportedGGUF(ValueError):
     """A well-formed GGUF file that describes something the reference decoder cannot run."""
@@ -45,9 +44,7 @@ def unsupported_reason(gguf: GGUFFile) -> str | None:
     arch = gguf.metadata.get("general.architecture")
     if arch not in SUPPORTED_ARCHITECTURES:
         return f"architecture {arch!r}"
-    if gguf.metadata.get("tokenizer.ggml.model") != _BYTE_LEVEL_TOKENIZER:
-        return f"tokenizer {gguf.metadata.get('tokenizer.ggml.model')!r}"
-    return None
+    return gguf_tokenizer.unsupported_reason(gguf)
 
 
 def rope_from_gguf(gguf: GGUFFile, arch: str) -> RopeConfig:
@@ -105,11 +102,14 @@ def _unpermute_rows(weight: np.ndarray, heads: int) -> np.ndarray:
 def state_dict_from_gguf(gguf: GGUFFile, config: DecoderConfig) -> dict[str, torch.Tensor]:
     """Every tensor dequantized to float32 under its Hugging Face name; llama's q and k un-permuted."""
     state: dict[str, torch.Tensor] = {}
+    # llama.cpp permuted LLaMA's q and k rows per head (query heads for q, key-value heads for k)
+    permuted = {"attn_q.weight": config.num_heads, "attn_q.bias": config.num_heads,
+                "attn_k.weight": config.num_kv_heads, "attn_k.bias": config.num_kv_heads}
     for name, info in gguf.tensors.items():
+        _, layer, rest = name.split(".", 2) if name.startswith("blk.") and name.count(".") >= 2 else ("", "", "")
         if name in GLOBAL_NAMES:
             target = GLOBAL_NAMES[name]
-        elif name.startswith("blk.") and name.split(".", 2)[2] in LAYER_NAMES:
-            layer, rest = name.split(".", 2)[1:]
+        elif rest in LAYER_NAMES:
             target = f"model.layers.{layer}.{LAYER_NAMES[rest]}"
         else:
             target = name  # kept under its own name: `decoder_from_state_dict` reports what it does not use
@@ -119,16 +119,10 @@ def state_dict_from_gguf(gguf: GGUFFile, config: DecoderConfig) -> dict[str, tor
         else:
             values = dequantize(raw, info.qtype)
         values = values.reshape(info.shape)
-        if config.architecture == "llama" and rest_is(name, ("attn_q.weight", "attn_q.bias")):
-            values = _unpermute_rows(values, config.num_heads)
-        elif config.architecture == "llama" and rest_is(name, ("attn_k.weight", "attn_k.bias")):
-            values = _unpermute_rows(values, config.num_kv_heads)
+        if config.architecture == "llama" and rest in permuted:
+            values = _unpermute_rows(values, permuted[rest])
         state[target] = torch.from_numpy(np.array(values, dtype=np.float32))  # a copy: the file map is read-only
     return state
-
-
-def rest_is(name: str, suffixes: tuple[str, ...]) -> bool:
-    return name.startswith("blk.") and name.split(".", 2)[2] in suffixes
 
 
 def stop_token_ids(gguf: GGUFFile) -> list[int]:

@@ -25,9 +25,16 @@ SPLITS = {"qwen2": QWEN2_SPLIT}
 BYTE_LEVEL_DEFAULT = {"smollm", "gpt2", "default"}
 
 
-def supports(gguf: GGUFFile) -> bool:
+BYTE_LEVEL_MODEL = "gpt2"  # llama.cpp's name for byte-level BPE (GPT-2, SmolLM, Qwen, Llama 3)
+
+
+def unsupported_reason(gguf: GGUFFile) -> str | None:
+    """Why `tokenizer_from_gguf` cannot build this file's tokenizer (transformers then does), or None."""
+    model = gguf.metadata.get("tokenizer.ggml.model")
+    if model != BYTE_LEVEL_MODEL:
+        return f"tokenizer {model!r}"
     pre = gguf.metadata.get("tokenizer.ggml.pre", "default")
-    return gguf.metadata.get("tokenizer.ggml.model") == "gpt2" and (pre in SPLITS or pre in BYTE_LEVEL_DEFAULT)
+    return None if pre in SPLITS or pre in BYTE_LEVEL_DEFAULT else f"pre-tokenizer {pre!r}"
 
 
 def _byte_spelling() -> dict[int, str]:
