@@ -24,6 +24,11 @@ FAST_BUCKETS = (256, 512)
 # the fast bundle's decode widths: on its int8-activation kernels a width-16 call costs ~3.8x a width-1 call and a
 # width-4 call ~1.9x (benchmarks/results/fast), so cost-aware trees need a narrow graph between the two
 FAST_DECODE_WIDTHS = (1, 4, 16)
+# a QDQ / QNN bundle's one decode graph: plain decoding runs the graph the drafts run, so drafting stays lossless
+# on the HTP, whose graphs of two widths compute a row differently (runtime.drafters.default_drafter). 16: on 13
+# tuning questions with every width costing alike (an NPU's case), lookup's τ was 1.28 / 1.33 / 1.38 and the
+# hybrid's 1.33 / 1.58 / 1.76 at widths 4 / 8 / 16 (benchmarks/results/quant/smollm2.md, "One decode width")
+NPU_DECODE_WIDTHS = (16,)
 
 # the cache label of the fast bundle; equal to export.quantize_bundle.FAST.label (tested), written here so that
 # a runtime-only install finds a cached fast bundle without importing the export side
@@ -74,10 +79,8 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
     flavor = "mtp" if mtp else "dmtd" if dmtd else FAST_LABEL if fast else None
     folder = default_bundle_dir(model, context, flavor)
     cached = (folder / MANIFEST).is_file()
-    stale = cached and _other_version(folder)
-    if cached and not stale and (mtp or (dmtd and not _predates_shipped_dmtd(folder))
-                   or (not dmtd and not (model is None and _lacks_shipped_masks(folder))
-                       and not (fast and _recipe_differs(folder)))):
+    reexport = _why_reexport(folder, model, mtp, dmtd, fast) if cached else None
+    if cached and reexport is None:
         return folder
     try:
         from mtpedge.export.bundle_writer import ExportConfig, export_bundle
@@ -89,7 +92,7 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
             "`pip install 'mtpedge[export]'`, or pass --bundle DIR"
         ) from err
     if cached:  # the atomic export replaces it only once the new one is complete
-        say(_reexport_reason(folder, stale, fast, dmtd))
+        say(f"the cached bundle {folder} {reexport}: re-exporting it")
     what = "the default model" if model is None else model
     extra = {"mtp": " with its shipped multi-token adapter", "dmtd": " with its shipped DMTD model",
              FAST_LABEL: " on its GGUF grid (fast kernels)"}.get(flavor, "")
@@ -126,15 +129,20 @@ def _refuse_unshipped(model: str | None, mtp: bool, dmtd: bool) -> None:
                          "--out CKPT --export-bundle DIR`, then --bundle DIR")
 
 
-def _reexport_reason(folder: Path, stale: bool, fast: bool, dmtd: bool) -> str:
-    if stale:
-        return (f"the cached bundle {folder} was exported by another version of mtpedge (its graphs take other "
-                "inputs): re-exporting it")
+def _why_reexport(folder: Path, model: str | None, mtp: bool, dmtd: bool, fast: bool) -> str | None:
+    """Why a cached bundle must be exported again (None: it is current)."""
+    if _other_version(folder):
+        return "was exported by another version of mtpedge (its graphs take other inputs)"
+    if mtp:
+        return "predates the multi-token adapter shipped for the default model" if _predates_shipped_adapter(
+            folder) else None
+    if dmtd:
+        return "predates the DMTD model shipped for the default model" if _predates_shipped_dmtd(folder) else None
+    if model is None and _lacks_shipped_masks(folder):
+        return "predates the learned masks shipped for the default model"
     if fast and _recipe_differs(folder):
-        return (f"the cached bundle {folder} was made by another fast recipe than this mtpedge's (its manifest's "
-                "quantization config differs): re-exporting it")
-    shipped = "DMTD model" if dmtd else "learned masks"
-    return f"the cached bundle {folder} predates the {shipped} shipped for the default model: re-exporting it"
+        return "was made by another fast recipe than this mtpedge's (its manifest's quantization config differs)"
+    return None
 
 
 def _other_version(folder: Path) -> bool:
@@ -165,6 +173,17 @@ def _predates_shipped_dmtd(folder: Path) -> bool:
         return False
     recorded = (read_manifest(folder).extras.get("dmtd") or {}).get("checkpoint_sha256")
     return recorded != hashlib.sha256(DEFAULT_DMTD.read_bytes()).hexdigest()
+
+
+def _predates_shipped_adapter(folder: Path) -> bool:
+    """A -mtp bundle exported from another multi-token adapter than the one this installation ships (or before
+    bundles recorded which)."""
+    from mtpedge.export.mtp_export import DEFAULT_ADAPTER
+
+    if not DEFAULT_ADAPTER.is_file():
+        return False
+    recorded = (read_manifest(folder).extras.get("mtp") or {}).get("checkpoint_sha256")
+    return recorded != hashlib.sha256(DEFAULT_ADAPTER.read_bytes()).hexdigest()
 
 
 def _lacks_shipped_masks(folder: Path) -> bool:

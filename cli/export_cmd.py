@@ -6,7 +6,7 @@ import argparse
 import sys
 from dataclasses import replace
 
-from mtpedge.bundles import FAST_DECODE_WIDTHS, default_bundle_dir, fast_buckets
+from mtpedge.bundles import FAST_DECODE_WIDTHS, NPU_DECODE_WIDTHS, default_bundle_dir, fast_buckets
 
 
 def parse_widths(text: str) -> tuple[int, ...]:
@@ -34,7 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prefill-width", type=int, default=64, help="slots of the prefill graph (default 64)")
     parser.add_argument("--decode-widths", type=parse_widths, default=None,
                         help="comma-separated slots of the decode graphs (default 1,4,16 for the fast bundle, "
-                             "--precision auto of a GGUF; else 1,16)")
+                             "--precision auto of a GGUF; 16 alone for qdq and --target qnn: with one decode graph "
+                             "drafting stays lossless on the HTP; else 1,16)")
     parser.add_argument("--mtp-adapter", metavar="FILE|default",
                         help="a `mtpedge train-mtp` checkpoint, or `default` (the one shipped for the embedded default "
                         "model): export its learned masks, gated LoRA graphs (lora_gate input) and sampler head with "
@@ -126,7 +127,8 @@ def export_plan(args: argparse.Namespace):
     out = args.out or default_bundle_dir(args.model, args.context, label)
     # auto: what generate/chat/serve/bench export for themselves
     fast = args.precision == "auto" and is_gguf and not soc and not args.mtp_adapter
-    decode_widths = args.decode_widths or (FAST_DECODE_WIDTHS if fast else (1, 16))
+    decode_widths = args.decode_widths or (FAST_DECODE_WIDTHS if fast else NPU_DECODE_WIDTHS if kind == "qdq"
+                                           else (1, 16))
     buckets = args.context_buckets
     if buckets in ("auto", "none"):
         widest = max(args.prefill_width, *decode_widths)

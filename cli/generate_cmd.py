@@ -136,7 +136,7 @@ def settle_drafter(args: argparse.Namespace, engine, say=print) -> None:
     from mtpedge.runtime.drafters import NONE, parse_drafter
     from mtpedge.runtime.row_probe import row_probe_for
 
-    if args.drafter.name == NONE or getattr(args, "device", "cpu") == "qnn":  # QNN: default_drafter decided
+    if args.drafter.name == NONE:
         return
     probe = row_probe_for(engine, cache_root() / "costs", say=say)
     if probe.invariant:
@@ -155,12 +155,13 @@ def load_engine(args: argparse.Namespace, say=print, cost_table: bool = False):
     graph widths; prints the lossy warning for a lossy drafter. The engine gets its --cost-model table when the
     drafter sizes its trees, or always with `cost_table` (chat: the drafter may change)."""
     from mtpedge.runtime.bundle import read_manifest
+    from mtpedge.runtime.cost_table import decode_widths
     from mtpedge.runtime.drafters import DRAFTERS, check_fits
     from mtpedge.runtime.engine import Engine
     from mtpedge.runtime.generate import LOSSY_WARNING
 
     folder = bundle_for_drafter(args, say)
-    check_fits(args.drafter, [g.width for g in read_manifest(folder).graphs])
+    check_fits(args.drafter, decode_widths(read_manifest(folder)))
     if args.drafter.name in DRAFTERS and DRAFTERS[args.drafter.name].lossy:
         print(f"warning: {LOSSY_WARNING.format(name=args.drafter.name)}", file=sys.stderr)
     engine = Engine.load(folder, threads=args.threads, providers=providers_for(args))

@@ -14,6 +14,7 @@ The adapter must have been trained on the same base weights (the checkpoint reco
 from __future__ import annotations
 
 import copy
+import hashlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +49,7 @@ def resolve_adapter(name: str) -> Path:
 class MtpExport:
     adapter: MtpAdapter
     payload: dict
+    checkpoint_sha256: str = ""  # of the checkpoint file: a cached -mtp bundle of another adapter is re-exported
 
     @classmethod
     def load(cls, checkpoint: str | Path, loaded: LoadedModel) -> MtpExport:
@@ -61,7 +63,7 @@ class MtpExport:
         # a copy: attaching the gated LoRA swaps modules in place, and the caller's decoder stays the base
         adapter = adapter_from_checkpoint(copy.deepcopy(loaded.decoder), payload)
         adapter.eval()
-        return cls(adapter, payload)
+        return cls(adapter, payload, hashlib.sha256(checkpoint.read_bytes()).hexdigest())
 
     @property
     def adapter_graphs(self) -> bool:
@@ -76,6 +78,7 @@ class MtpExport:
         np.save(folder / MASKS_FILE, a.masks.detach().numpy().astype(np.float32))
         extras = {"k": a.config.k, "rank": a.config.rank, "alpha": a.config.alpha, "sampler": a.sampler is not None,
                   "adapter_graphs": self.adapter_graphs, "masks_file": MASKS_FILE,
+                  "checkpoint_sha256": self.checkpoint_sha256,
                   "training": {"steps": self.payload["step"], "train_config": self.payload["train_config"],
                                "data": self.payload.get("data", {})}}
         if a.sampler is not None:

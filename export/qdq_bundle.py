@@ -13,6 +13,7 @@ import numpy as np
 import onnx
 
 from mtpedge.runtime.contract import new_key_name, new_value_name
+from mtpedge.runtime.drafters import single_decode_graph
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import generate
 
@@ -195,6 +196,10 @@ def qdq_bundle(src: str | Path, out_dir: str | Path, config: QdqConfig | None = 
     say = progress or log.info
     src, out_dir = Path(src), Path(out_dir)
     manifest = float_source(src, "QDQ")
+    if not single_decode_graph(manifest):
+        say("note: this bundle has several decode graphs; on the HTP a drafted block's rows differ from plain "
+            "decoding's at another width, so it will decode plainly by default (export with one --decode-widths, "
+            "the default for --precision qdq, to draft losslessly there)")
     started = time.perf_counter()
     recorder = RecordingEngine(src, config.mask_value)
     with staged_folder(out_dir, "qdq") as tmp:

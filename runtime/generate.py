@@ -263,7 +263,7 @@ def _propose(drafter: Drafter, engine: Engine, context: list[int], root: int, ca
     that trusted rows now verify, and the drafter drafts on from their end, as if the last call had accepted
     them. Without the carry that path would be lost and drafted again, or not, from the root alone
     (benchmarks/results/fast/README.md, section 19)."""
-    room = engine.graphs.max_width - len(carry)
+    room = engine.graphs.max_decode_width - len(carry)
     if carry and room > 0 and len(carry) + 1 < engine.cache.free:
         own, slot_embeddings = drafter.propose(context + carry, carry[-1], lead=len(carry))
         if len(own) <= room:

@@ -73,6 +73,14 @@ class GraphSet:
         return self.entries[-1].width
 
     @property
+    def max_decode_width(self) -> int:
+        """The most slots a decode step may use: the widest decode graph. Drafted blocks never spill into a
+        wider prefill graph: plain decoding runs the narrowest decode graph, and only the decode graphs are
+        probed for computing its rows bit for bit (runtime/row_probe.py); on the HTP the graphs of two
+        different widths do not (benchmarks/results/quant/smollm2-width-invariance-htp.log)."""
+        return max((e.width for e in self.entries if e.kind == "decode"), default=self.max_width)
+
+    @property
     def prefill_width(self) -> int:
         """Chunk size for prompts: the widest prefill graph (the widest graph if there is none)."""
         return max((e.width for e in self.entries if e.kind == "prefill"), default=self.max_width)

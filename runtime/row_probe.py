@@ -1,18 +1,22 @@
 """Does this bundle, on this machine, compute a drafted chain's rows bit for bit as plain decoding does?
 
 Lossless drafting rests on it (runtime/contract.py): the verifier reads only a block's leading chain, whose rows
-must be exactly the rows plain decoding's width-1 calls would compute. Whether they are depends on the kernels
-onnxruntime picks for this CPU, not on the bundle alone. MLAS's int8-activation `MatMulNBits` computes a row alike
-at every width on AVX-512 VNNI, but on an AVX2-only CPU it sends one-row 4-bit products with 32- or 64-input
-blocks to a one-row kernel of their own (16-input blocks and 8-bit weights stay on one kernel): the fast bundle's
-root rows then differ by ~0.7 in logits between widths (benchmarks/results/fast/README.md, section 13). So the
-property is probed once per bundle and machine, in about a second, and cached beside the cost tables:
+must be exactly the rows plain decoding's calls (the narrowest decode graph, one token each) would compute.
+Whether they are depends on the kernels onnxruntime picks for this machine, not on the bundle alone. MLAS's
+int8-activation `MatMulNBits` computes a row alike at every width on AVX-512 VNNI, but on an AVX2-only CPU it
+sends one-row 4-bit products with 32- or 64-input blocks to a one-row kernel of their own (16-input blocks and
+8-bit weights stay on one kernel): the fast bundle's root rows then differ by ~0.7 in logits between widths
+(benchmarks/results/fast/README.md, section 13). So the property is probed once per bundle and machine, in
+about a second, and cached beside the cost tables:
 
     probe = row_probe_for(engine, cache_dir)     # cached, or measured now
     probe.invariant                               # False: decode plainly by default, warn when a drafter is named
 
 The probe runs a chain of tokens through every decode graph wider than 1 and compares each row (logits and new
-keys) with the width-1 calls of plain decoding from the same cache. A probe that finds no difference does not
+keys) with plain decoding's calls from the same cache. On a bundle with one decode graph (the QDQ / QNN default)
+plain decoding runs that graph too, and the probe asks whether a row's result depends on its slot or on the
+other slots' tokens: on the HTP simulator it does not, where two widths differ (benchmarks/results/quant/
+smollm2.md, "One decode width"). A probe that finds no difference does not
 prove the property for every input; a kernel that sums differently shows up on every row (0 of 12 steps were
 bit-identical on AVX2), which is what the probe is for.
 """
@@ -49,11 +53,12 @@ class RowProbe:
 
     def describe(self) -> str:
         if self.invariant:
-            return f"wide calls compute a chain's rows as width-1 calls do on {self.device}"
+            return f"wide calls compute a chain's rows as plain decoding's calls do on {self.device}"
         worst = max(self.max_diff, key=self.max_diff.get)
-        return (f"on {self.device}, this bundle's graphs compute a wide call's rows differently from a width-1 call "
-                f"(width {worst}: logits or keys up to {self.max_diff[worst]:.2g} apart; the CPU's kernels, e.g. "
-                "MLAS's one-row int8 kernel on AVX2), so drafting is not token-identical to plain decoding here")
+        return (f"on {self.device}, this bundle's graphs compute a drafted chain's rows differently from plain "
+                f"decoding (width {worst}: logits or keys up to {self.max_diff[worst]:.2g} apart; the kernels, e.g. "
+                "MLAS's one-row int8 kernel on AVX2, or the HTP at another width), so drafting is not "
+                "token-identical to plain decoding here")
 
 
 def probe_rows(engine: Engine) -> RowProbe:

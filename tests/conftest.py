@@ -66,6 +66,15 @@ def tiny_bundle(tiny_model_dir, tmp_path_factory):
     return make
 
 
+@pytest.fixture(scope="session")
+def tiny_one_width_bundle(tiny_model_dir, tmp_path_factory) -> Path:
+    """The tiny llama with one decode graph (width 4, narrower than its prefill graph): the QDQ / QNN layout."""
+    from mtpedge.export.bundle_writer import ExportConfig, export_bundle
+
+    config = ExportConfig(context=TINY_CONTEXT, prefill_width=TINY_PREFILL, decode_widths=(4,))
+    return export_bundle(tiny_model_dir("llama"), tmp_path_factory.mktemp("one_width") / "bundle", config)
+
+
 @pytest.fixture(scope="module")
 def bundle(tiny_bundle) -> Path:
     """The tiny LLaMA bundle, for a module that needs one bundle (a module defines its own for another)."""

@@ -70,10 +70,10 @@ def test_a_comma_list_of_specs_keeps_commas_inside_values():
         "none", "lookup", "esp:tree=static:6,1", "hybrid:width=32", "llama.cpp"]
 
 
-def test_a_width_is_checked_against_the_bundle_graphs():
+def test_a_width_is_checked_against_the_bundle_decode_graphs():
     check_fits(parse_drafter("hybrid:width=32"), [1, 8, 32])
     check_fits(parse_drafter("hybrid"), [1, 8])  # a default width is capped, not refused
-    with pytest.raises(ValueError, match="width 64 is above this bundle's widest graph"):
+    with pytest.raises(ValueError, match="width 64 is above this bundle's widest decode graph"):
         check_fits(parse_drafter("hybrid:width=64"), [1, 8, 32])
 
 

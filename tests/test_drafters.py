@@ -277,3 +277,28 @@ def test_a_drafter_leaves_room_for_the_carried_drafts_that_lead_its_block(engine
     for lead in (28, 23, 16):
         tree, _ = drafter.propose(prompt, prompt[-1], lead=lead)
         assert lead + len(tree) <= engine.graphs.max_width == 32
+
+
+@pytest.mark.parametrize("spec", ["lookup", "hybrid", "esp:tree=dynamic"])
+def test_drafted_blocks_run_only_the_decode_graphs(tiny_one_width_bundle, spec):
+    """A bundle whose prefill graph (16) is wider than its one decode graph (4): every decode step, carried drafts
+    included, runs the decode graph, which plain decoding runs too (GraphSet.max_decode_width); the prefill graph
+    is for prompts. Output equals plain decoding's."""
+    engine = Engine.load(tiny_one_width_bundle)
+    widths: list[int] = []
+    run = engine.graphs.run
+
+    def recording_run(entry, feeds, n_real):
+        widths.append(entry.width)
+        return run(entry, feeds, n_real)
+
+    engine.graphs.run = recording_run
+    drafter = make_drafter(spec, engine)
+    assert drafter.settings["width"] == 4
+    for prompt in fuzzed_prompts(engine, 4, seed=5):
+        plain = generate(engine, prompt, 30, stop_token_ids=set())
+        widths.clear()
+        drafted = generate(engine, prompt, 30, stop_token_ids=set(), drafter=drafter)
+        assert drafted.token_ids == plain.token_ids
+        prefill_calls = -(-len(prompt) // engine.graphs.prefill_width)
+        assert set(widths[prefill_calls:]) == {4}  # (a prompt's chunk takes the narrowest graph that holds it)

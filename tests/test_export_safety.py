@@ -91,3 +91,16 @@ def test_the_readme_export_commands_are_valid_without_loading_anything():
             args = parser.parse_args(command[1:])
             out, config = export_plan(args)  # ExportConfig refused --mtp-adapter with the GGUF default before
             assert config.quantization is None or not (config.mtp_adapter or args.masks not in ("auto", "none"))
+
+
+@pytest.mark.parametrize("options,widths", [
+    ([], (1, 4, 16)),  # the fast bundle
+    (["--precision", "float32"], (1, 16)),
+    (["--precision", "qdq"], (16,)),  # one decode graph: drafting stays lossless on the HTP
+    (["--target", "qnn", "--soc", "snapdragon-8-elite"], (16,)),
+    (["--precision", "qdq", "--decode-widths", "1,16"], (1, 16)),  # asked for: kept (it then decodes plainly)
+])
+def test_default_decode_widths_follow_the_precision(options, widths):
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert export_plan(parser.parse_args(options))[1].decode_widths == widths

@@ -131,6 +131,6 @@ def test_cli_generate_refuses_a_bad_drafter_spec_before_loading(tmp_path, capsys
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
 
 
-def test_cli_generate_refuses_a_width_above_the_widest_graph(tiny_bundle, capsys):
+def test_cli_generate_refuses_a_width_above_the_widest_decode_graph(tiny_bundle, capsys):
     assert main(["generate", "hi", "--bundle", str(tiny_bundle("llama")), "--drafter", "hybrid:width=64"]) == 2
-    assert "width 64 is above this bundle's widest graph (32 slots)" in capsys.readouterr().err
+    assert "width 64 is above this bundle's widest decode graph (32 slots)" in capsys.readouterr().err

@@ -104,7 +104,7 @@ def test_masks_attach_to_a_quantized_bundle_too_but_not_to_qdq(tmp_path, tiny):
 
 def test_auto_attaches_nothing_to_other_weights_and_none_is_none(tmp_path, tiny):
     for choice in ("auto", "none"):
-        config = ExportConfig(context=64, prefill_width=16, decode_widths=(1,), check_parity=False,
+        config = ExportConfig(context=64, prefill_width=16, decode_widths=(1, 4), check_parity=False,
                               tree_templates=False, learned_masks=choice)
         engine = Engine.load(export_bundle(tiny, tmp_path / choice, config))
         assert "mtp" not in engine.manifest.extras
@@ -129,12 +129,13 @@ def test_masks_for_other_weights_are_refused_with_a_clear_error(tmp_path, tiny, 
         ExportConfig(learned_masks=str(wrong), mtp_adapter="a.pt")
 
 
-def _fake_default_bundle(folder, masks_file: str | None, source_sha256: str) -> None:
+def _fake_default_bundle(folder, masks_file: str | None, source_sha256: str, adapter_sha256: str = "") -> None:
     folder.mkdir(parents=True, exist_ok=True)
     from mtpedge.export.quantize_bundle import FAST
 
     recipe = {"quantization": {"config": json.loads(json.dumps(asdict(FAST)))}}  # as the fast recipe records it
-    extras = {**recipe, **({"mtp": {"masks_file": masks_file}} if masks_file else {})}
+    mtp = {"masks_file": masks_file, **({"checkpoint_sha256": adapter_sha256} if adapter_sha256 else {})}
+    extras = {**recipe, **({"mtp": mtp} if masks_file else {})}
     (folder / "manifest.json").write_text(json.dumps({"version": BUNDLE_VERSION, "extras": extras,
                                                           "source_sha256": source_sha256}))
 
@@ -167,21 +168,36 @@ def test_a_cached_default_bundle_without_the_shipped_masks_is_re_exported(tmp_pa
 
 
 def test_the_mtp_drafter_gets_the_default_model_with_the_shipped_adapter_in_its_own_folder(tmp_path, monkeypatch):
+    """In a -mtp folder of its own, exported once; a cached one made from another adapter (an upgrade shipped a new
+    one, or the bundle predates the recorded checkpoint SHA-256) is exported again."""
+    import hashlib
+    from types import SimpleNamespace
+
     import mtpedge.bundles as bundles
     import mtpedge.export.bundle_writer as writer
+    from mtpedge.export.mtp_export import DEFAULT_ADAPTER
 
     monkeypatch.setenv("MTPEDGE_CACHE", str(tmp_path))
     exported = []
+    shipped = hashlib.sha256(DEFAULT_ADAPTER.read_bytes()).hexdigest()
 
     def fake_export(model, folder, config, progress):
         exported.append((model, folder, config.mtp_adapter))
-        _fake_default_bundle(folder, "mtp_masks.npy", "0" * 64)
+        _fake_default_bundle(folder, "mtp_masks.npy", "0" * 64, shipped)
 
     monkeypatch.setattr(writer, "export_bundle", fake_export)
+    monkeypatch.setattr(bundles, "read_manifest",  # only the fields the check reads
+                        lambda folder: SimpleNamespace(**json.loads((folder / "manifest.json").read_text())))
     folder = bundles.ensure_bundle(None, None, 1024, say=lambda _: None, mtp=True)
     assert folder == bundles.default_bundle_dir(None, 1024, "mtp") != bundles.default_bundle_dir(None, 1024)
     assert exported == [(None, folder, "default")]
     assert bundles.ensure_bundle(None, None, 1024, say=lambda _: None, mtp=True) == folder and len(exported) == 1
+    for older in ("f" * 64, ""):  # another adapter's bundle; one exported before the SHA-256 was recorded
+        _fake_default_bundle(folder, "mtp_masks.npy", "0" * 64, older)
+        said = []
+        assert bundles.ensure_bundle(None, None, 1024, say=said.append, mtp=True) == folder
+        assert exported[-1] == (None, folder, "default") and "predates the multi-token adapter" in said[0]
+    assert len(exported) == 3
     assert bundles.ensure_bundle("/some/bundle", None, 1024, mtp=True) == Path("/some/bundle")
     with pytest.raises(SystemExit, match="--mtp-adapter ADAPTER.pt"):
         bundles.ensure_bundle(None, str(tmp_path / "other.gguf"), 1024, mtp=True)

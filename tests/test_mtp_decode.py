@@ -3,6 +3,8 @@ parity with PyTorch, the host sampler head, and lossless greedy decoding with th
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pytest
 import torch
@@ -68,6 +70,9 @@ def test_adapter_graph_with_gate_zero_equals_the_base_graph(mtp_bundle, tiny_bun
 def test_adapter_graph_with_gate_one_matches_pytorch(mtp_bundle):
     folder, adapter = mtp_bundle()
     engine = Engine.load(folder, threads=1)
+    # which checkpoint the bundle was made from (a cached -mtp bundle of another adapter is exported again)
+    assert engine.manifest.extras["mtp"]["checkpoint_sha256"] == hashlib.sha256(
+        (folder.parent / "adapter.pt").read_bytes()).hexdigest()
     prompt = np.array([3, 1, 4, 1, 5, 9, 2, 6])
     engine.prefill(prompt)
     masks = learned_masks(engine)

@@ -242,3 +242,41 @@ def test_compiling_a_float_bundle_is_refused(tiny_bundle, tmp_path):
 
     with pytest.raises(ValueError, match="not a QDQ bundle"):
         compile_qnn_bundle(tiny_bundle("llama"), tmp_path / "x", "snapdragon-8-elite")
+
+
+def test_one_decode_graph_drafts_by_default_on_the_htp_and_equals_plain_decoding(tiny_one_width_bundle, qdq_tiny,
+                                                                                tmp_path, capsys):
+    """A QDQ bundle with one decode graph (the default of `--precision qdq`): plain decoding runs the graph the
+    drafts run, so on the HTP, whose graphs of two widths compute a row differently, a drafted chain's rows are
+    still plain decoding's (the row probe, run on the simulator, finds them bit for bit equal), and `generate`
+    without --drafter drafts (lookup) and keeps plain decoding's tokens. With several decode graphs the default
+    stays plain decoding."""
+    needs_qnn()
+    from mtpedge.export.qnn_compile import compile_qnn_bundle
+    from mtpedge.main import main
+    from mtpedge.runtime.drafters import DEFAULT_DRAFTER, NONE, default_drafter
+    from mtpedge.runtime.row_probe import probe_rows
+
+    assert default_drafter(read_manifest(qdq_tiny)) == NONE
+    qdq = qdq_bundle(tiny_one_width_bundle, tmp_path / "qdq")
+    out = compile_qnn_bundle(qdq, tmp_path / "qnn", "sm8750", share_weights=False)
+    assert default_drafter(read_manifest(qdq)) == default_drafter(read_manifest(out)) == DEFAULT_DRAFTER
+    engine = Engine.load(out, providers=[QNN])
+    probe = probe_rows(engine)
+    del engine
+    gc.collect()
+    assert probe.invariant and set(probe.max_diff) == {4}
+
+    def tokens(prompt, *drafter):
+        assert main(["generate", prompt, "--bundle", str(out), "--device", "qnn", "--json", "--max-new-tokens", "16",
+                     *drafter]) == 0
+        gc.collect()
+        return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+    saved = 0
+    for prompt in ("Explain how a bicycle works.", "the the the the", "Numbers like 12, 345 and 6789 appear."):
+        plain, default = tokens(prompt, "--drafter", "none"), tokens(prompt)
+        assert default["drafter"] == DEFAULT_DRAFTER
+        assert default["token_ids"] == plain["token_ids"] and len(plain["token_ids"]) == 16
+        saved += plain["decode_calls"] - default["decode_calls"]
+    assert saved > 0  # drafts were accepted: the verifier read the HTP's chain rows, not only the roots

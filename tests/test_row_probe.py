@@ -23,7 +23,7 @@ def float_activation_bundle(tiny_bundle, tmp_path_factory):
 
 def test_a_float32_bundle_computes_a_chain_as_plain_decoding_does(tiny_bundle):
     probe = probe_rows(Engine.load(tiny_bundle("llama"), threads=1))
-    assert probe.invariant and set(probe.max_diff) == {8, 32} and "as width-1 calls do" in probe.describe()
+    assert probe.invariant and set(probe.max_diff) == {8, 32} and "as plain decoding's calls do" in probe.describe()
 
 
 def test_fused_operators_over_int8_kernels_compute_a_chain_as_plain_decoding_does(tiny_model_dir, tmp_path):

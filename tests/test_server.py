@@ -175,7 +175,7 @@ def test_malformed_bodies_get_400(server, raw, status, fragment):
     ({"stream_options": {"include_usage": True}}, "stream_options", "only allowed with"),
     ({"drafter": "no-such-drafter"}, "drafter", "unknown drafter"),
     ({"drafter": "lookup:masks=2"}, "drafter", "takes no option masks; its options: width, max_ngram"),
-    ({"drafter": "hybrid:width=64"}, "drafter", "above this bundle's widest graph"),
+    ({"drafter": "hybrid:width=64"}, "drafter", "above this bundle's widest decode graph"),
     ({"drafter": "dmtd"}, "drafter", "not a DMTD bundle"),
     ({"drafter": "dmtd", "temperature": 0.5}, "drafter", "greedily only"),
     ({"drafter": 7}, "drafter", "a drafter spec"),

@@ -18,6 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from mtpedge.runtime.bundle import BundleError
+from mtpedge.runtime.cost_table import decode_widths
 from mtpedge.runtime.drafters import DRAFTERS, Drafter, DrafterSpec, check_fits, make_drafter, parse_drafter
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import generate
@@ -121,7 +122,7 @@ class EngineWorker:
     def check_drafter(self, spec: DrafterSpec, sampling: SamplingConfig) -> DrafterSpec:
         """A request's drafter, refused (400) if this bundle's graphs cannot hold it or it cannot sample."""
         try:
-            check_fits(spec, [entry.width for entry in self.engine.graphs.entries])
+            check_fits(spec, decode_widths(self.engine.manifest))
         except ValueError as err:
             raise ApiError(400, f"`drafter`: {err}", param="drafter") from err
         if spec.name in DRAFTERS and DRAFTERS[spec.name].lossy and not sampling.greedy:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..cost_table import decode_widths
 from .base import NONE, Drafter, DrafterSpec, check_fits, describe, make_spec, parse_spec, split_specs
 from .dmtd import DmtdDrafter, DmtdSpecDrafter
 from .esp import EspDrafter
@@ -47,17 +48,28 @@ def default_drafter(manifest) -> str:
     It does not hold for
     - 4-bit MatMuls with float activations (level 0): MLAS has a one-row kernel that sums in another order than
       its dequantize + SGEMM path for wider calls (benchmarks/results/fast/README.md, section 8);
-    - QDQ a16w8 graphs (extras "qdq"): on the CPU's QDQ emulation the root row differs by up to 0.67, argmax
-      flipped at 3 of 40 steps (benchmarks/results/quant/smollm2-width-invariance-cpu-qdq.log: the recipe's fp16
-      nodes), and compiled for the HTP (extras "qnn", which keep "qdq") by 0.055 and 0.11 on the simulator at
-      the two steps measured (smollm2-width-invariance-htp.log)."""
+    - QDQ a16w8 graphs (extras "qdq") with decode graphs of several widths: on the CPU's QDQ emulation the root
+      row differs by up to 0.67, argmax flipped at 3 of 40 steps (benchmarks/results/quant/
+      smollm2-width-invariance-cpu-qdq.log: the recipe's fp16 nodes), and compiled for the HTP (extras "qnn",
+      which keep "qdq") by 0.055 and 0.11 on the simulator at the two steps measured
+      (smollm2-width-invariance-htp.log).
+    A QDQ bundle with ONE decode graph (one width, one context: what `mtpedge export --precision qdq` and
+    `--target qnn` write by default) drafts by default: plain decoding then runs the very graph the drafts run,
+    and a row's result depends on its inputs, not on its slot or on the other slots (the probe compares them;
+    benchmarks/results/quant/smollm2.md, "One decode width")."""
     extras = manifest.extras or {}
     if extras.get("qdq"):
-        return NONE
+        return DEFAULT_DRAFTER if single_decode_graph(manifest) else NONE
     config = (extras.get("quantization") or {}).get("config")
     if config is not None and not _rows_width_invariant(config):
         return NONE
     return DEFAULT_DRAFTER
+
+
+def single_decode_graph(manifest) -> bool:
+    """Whether every decode step runs one graph (one decode width, no context buckets): then plain decoding and
+    a drafted block share its arithmetic, whatever a backend does differently at another width."""
+    return len({(g.width, g.context) for g in manifest.graphs if g.kind == "decode"}) == 1
 
 
 def _rows_width_invariant(config: dict) -> bool:
@@ -68,7 +80,7 @@ def _rows_width_invariant(config: dict) -> bool:
 
 
 __all__ = ["DEFAULT_DRAFTER", "DRAFTERS", "NONE", "Drafter", "DrafterSpec", "check_fits", "default_drafter",
-           "describe_drafters", "drafter_names", "make_drafter", "parse_drafter", "split_specs"]
+           "describe_drafters", "drafter_names", "make_drafter", "parse_drafter", "single_decode_graph", "split_specs"]
 
 
 def drafter_names() -> list[str]:
@@ -91,6 +103,6 @@ def make_drafter(spec: str | DrafterSpec, engine: Engine, **options: Any) -> Dra
         spec = make_spec(spec.name, {**spec.kwargs, **options}, DRAFTERS)
     if spec.name == NONE:
         return None
-    check_fits(spec, [entry.width for entry in engine.graphs.entries])
+    check_fits(spec, decode_widths(engine.manifest))
     cls = DRAFTERS[spec.name]
     return cls(engine, cls.Options(**spec.kwargs))

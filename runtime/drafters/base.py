@@ -66,7 +66,7 @@ class Drafter(Protocol):
                 ) -> tuple[DraftTree, np.ndarray | None]:
         """The tree and the embeddings of its SLOT nodes (None if it has none). `lead`: the block has that many nodes
         before this tree's root (drafts carried from the last call, runtime/generate.py), so the tree should fit
-        the widest graph beside them; a drafter whose trees have a fixed shape may not, and the loop then does
+        the widest decode graph beside them; a drafter whose trees have a fixed shape may not, and the loop then does
         without the carried drafts."""
         ...
 
@@ -241,14 +241,15 @@ def sizer_for(engine: Engine) -> StepSizer | None:
 
 
 def width_for(engine: Engine, width: int) -> int:
-    """A drafter's slots per call: its width option, capped by the bundle's widest graph (so that a default
-    fits every bundle; a width asked for explicitly above it is refused by `check_fits`)."""
-    return min(width, engine.graphs.max_width)
+    """A drafter's slots per call: its width option, capped by the bundle's widest decode graph (so that a
+    default fits every bundle; a width asked for explicitly above it is refused by `check_fits`)."""
+    return min(width, engine.graphs.max_decode_width)
 
 
-def check_fits(spec: DrafterSpec, graph_widths: Sequence[int]) -> None:
-    """Refuse a width the bundle's graphs cannot hold (checked from the manifest, before an engine loads)."""
+def check_fits(spec: DrafterSpec, decode_widths: Sequence[int]) -> None:
+    """Refuse a width the bundle's decode graphs cannot hold (checked from the manifest, before an engine
+    loads; runtime.cost_table.decode_widths). Drafted blocks never run through a prefill graph (GraphSet)."""
     width = spec.kwargs.get("width")
-    if width is not None and width > max(graph_widths):
-        raise ValueError(f"{spec}: width {width} is above this bundle's widest graph ({max(graph_widths)} slots): "
-                         f"use width={max(graph_widths)} or less, or export with a wider --decode-widths")
+    if width is not None and width > max(decode_widths):
+        raise ValueError(f"{spec}: width {width} is above this bundle's widest decode graph ({max(decode_widths)} "
+                         f"slots): use width={max(decode_widths)} or less, or export with a wider --decode-widths")

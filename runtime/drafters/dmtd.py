@@ -121,7 +121,7 @@ class DmtdSpecDrafter(CopyDrafter):
         super().__init__(engine)
         self.draft_len = options.draft_len
         # a step's draft call holds the last verified path (at most draft_len + 1 heads) and the root
-        widest = min(engine.graphs.max_width - 1, self.decode.graphs.max_width - 2)
+        widest = min(engine.graphs.max_decode_width - 1, self.decode.graphs.max_width - 2)
         if self.draft_len > widest:
             raise ValueError(f"draft_len must be in [0, {widest}] for this bundle's graph widths, got {self.draft_len}")
         self.shortlist = np.load(bundle_file(engine.folder, self.info["shortlist_file"]))
@@ -179,9 +179,9 @@ class DmtdDrafter(CopyDrafter):
     def __init__(self, engine: Engine, options: DmtdOptions) -> None:
         super().__init__(engine)
         self.tau = options.tau
-        if self.tau > engine.graphs.max_width:
-            raise ValueError(f"τ must be in [1, {engine.graphs.max_width}] for this bundle's graph widths, "
-                             f"got {self.tau}")
+        if self.tau > engine.graphs.max_decode_width:
+            raise ValueError(f"τ must be in [1, {engine.graphs.max_decode_width}] for this bundle's decode graph "
+                             f"widths, got {self.tau}")
         self.settings = {"drafter": self.name, "tau": self.tau, "decoding_layers": self.decoding_layers,
                          "thinking_layers": int(self.info["thinking_layers"]), "lossy": True}
         self._chain: list[int] = []

@@ -149,15 +149,15 @@ class EspDrafter(Drafter):
         self.kind, widths = parse_tree_option(options.tree)
         width = width_for(engine, options.width)
         self.nodes = width // (masks + 1)  # token nodes (root included) that fit with their mask slots
-        self.max_width = engine.graphs.max_width
+        self.max_width = engine.graphs.max_decode_width
         if self.nodes < 1:
             raise ValueError(f"a width of {width} slots cannot hold a root and its {masks} mask slot(s)")
         self.widths = widths if widths is not None else default_static_widths(self.nodes, masks)
         if self.kind == "static":
             need = (masks + 1) * (1 + sum(self.widths))
-            if need > engine.graphs.max_width:
+            if need > self.max_width:
                 raise ValueError(f"static widths {list(self.widths)} with {masks} mask slot(s) need {need} slots, "
-                                 f"the widest graph has {engine.graphs.max_width}: re-export with a wider "
+                                 f"the widest decode graph has {self.max_width}: re-export with a wider "
                                  "--decode-widths or use smaller widths")
         self.settings = {"drafter": self.name, "masks": masks, "mask_init": config.init,
                          "mask_update": config.update_rate, "tree": self.kind,

@@ -65,7 +65,7 @@ class HybridDrafter(Drafter):
         self.probe = MaskProbe(engine, config)
         self.lora_on_slots = self.probe.lora_on_slots
         self.width = width_for(engine, options.width)
-        self.max_width = engine.graphs.max_width
+        self.max_width = engine.graphs.max_decode_width
         self.k = options.masks
         self.sizer = sizer_for(engine)
         self.nodes = self.width // (options.masks + 1)  # token nodes (root included), each with its masks

@@ -74,7 +74,7 @@ class LookupDrafter(Drafter):
 
     def __init__(self, engine: Engine, options: LookupOptions) -> None:
         self.budget = width_for(engine, options.width)
-        self.max_width = engine.graphs.max_width
+        self.max_width = engine.graphs.max_decode_width
         self.sizer = sizer_for(engine)
         self.source = NgramSource(options.max_ngram, options.min_ngram, max(1, self.budget - 1), options.branches)
         self.settings = {"drafter": self.name, "width": self.budget, "max_ngram": options.max_ngram,

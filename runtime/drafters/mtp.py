@@ -111,13 +111,13 @@ class MtpDrafter(Drafter):
         self.lora_on_slots = bool(extras.get("rank"))  # gate 1 at the mask slots
         self.head = SamplerHead(engine, candidates) if sampler and extras.get("sampler") else None
         self.width, self.branch, self.mask_gain = width_for(engine, options.width), branch, mask_gain
-        self.max_width = engine.graphs.max_width
+        self.max_width = engine.graphs.max_decode_width
         need = {"quadratic": (self.k + 1) ** 2, "linear": 2 * self.k + 1, "tree": self.k + 2}[mtp_layout]
         if mtp_layout == "tree" and self.width < need:
             raise ValueError(f"a width of {self.width} cannot hold a root, one draft and {self.k} masks: use >= {need}")
-        if need > engine.graphs.max_width:
-            raise ValueError(f"the {mtp_layout} layout with k = {self.k} needs {need} slots, the widest graph has "
-                             f"{engine.graphs.max_width}: re-export with a wider --decode-widths or use fewer masks")
+        if need > self.max_width:
+            raise ValueError(f"the {mtp_layout} layout with k = {self.k} needs {need} slots, the widest decode graph "
+                             f"has {self.max_width}: re-export with a wider --decode-widths or use fewer masks")
         self.settings = {"drafter": self.name, "mtp_layout": mtp_layout, "masks": self.k,
                          "sampler": self.head is not None, "candidates": candidates, "lora_rank": extras.get("rank")}
         if mtp_layout == "tree":

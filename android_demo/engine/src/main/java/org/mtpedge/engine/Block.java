@@ -34,7 +34,7 @@ final class Block {
 
     /** The drafter's tree for this step, led by the carried drafts when it fits beside them. */
     static Block propose(Drafter drafter, Engine engine, int[] context, int root, int[] carry) {
-        int room = engine.manifest.maxWidth() - carry.length;
+        int room = engine.manifest.maxDecodeWidth() - carry.length;
         if (carry.length > 0 && room > 0 && carry.length + 1 < engine.cache.free()) {
             int[] extended = Arrays.copyOf(context, context.length + carry.length);
             System.arraycopy(carry, 0, extended, context.length, carry.length);

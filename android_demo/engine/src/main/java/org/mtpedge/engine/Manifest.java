@@ -183,6 +183,15 @@ public final class Manifest {
         return graphs.get(graphs.size() - 1).width;
     }
 
+    /**
+     * The most slots a decode step may use: the widest decode graph (drafted blocks never spill into a wider
+     * prefill graph), as mtpedge.runtime.graphs.GraphSet.max_decode_width.
+     */
+    public int maxDecodeWidth() {
+        int[] widths = decodeWidths();
+        return widths.length > 0 ? widths[widths.length - 1] : maxWidth();
+    }
+
     /** The narrowest graph with at least n slots (any kind), as the Python engine chooses. */
     public GraphEntry entryFor(int n) {
         for (GraphEntry g : graphs) {

@@ -8,6 +8,7 @@ public class ManifestTest {
         Check.equal(30, m.config.numLayers, "layers");
         Check.equal(1024, m.context, "context");
         Check.equal(64, m.maxWidth(), "widest graph");
+        Check.equal(16, m.maxDecodeWidth(), "widest decode graph: the most slots a decode step uses");
         Check.equal("decode_ar16_cl1024", m.entryFor(2).name, "graph for 2 slots");
         Check.equal("decode_ar1_cl1024", m.entryFor(1).name, "graph for 1 slot");
         Check.equal(100000.0, m.config.rope.theta, "rope theta");

@@ -21,7 +21,7 @@ public final class EspDrafter implements Drafter {
     private final int[] widths;
     private int nTokens = 1;
 
-    /** tree: "static", "dynamic" or "static:W1,W2,..."; width: slots per call (capped by the widest graph). */
+    /** tree: "static", "dynamic" or "static:W1,W2,..."; width: slots per call (capped by the widest decode graph). */
     public EspDrafter(Engine engine, MaskSettings settings, String tree, int width) {
         this.probe = new MaskProbe(engine, settings);
         int masks = settings.slots;
@@ -30,7 +30,7 @@ public final class EspDrafter implements Drafter {
             throw new IllegalArgumentException("unknown tree '" + tree + "': use dynamic, static or static:W1,W2,...");
         }
         this.dynamic = kind.equals("dynamic");
-        int maxWidth = engine.manifest.maxWidth();
+        int maxWidth = engine.manifest.maxDecodeWidth();
         this.maxWidth = maxWidth;
         width = Math.min(width, maxWidth);
         this.nodes = width / (masks + 1);
@@ -51,7 +51,7 @@ public final class EspDrafter implements Drafter {
             }
             if ((masks + 1) * (1 + sum) > maxWidth) {
                 throw new IllegalArgumentException("static widths with " + masks + " mask slot(s) need "
-                        + (masks + 1) * (1 + sum) + " slots, the widest graph has " + maxWidth);
+                        + (masks + 1) * (1 + sum) + " slots, the widest decode graph has " + maxWidth);
             }
         }
     }

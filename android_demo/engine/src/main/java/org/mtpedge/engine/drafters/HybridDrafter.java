@@ -25,8 +25,8 @@ public final class HybridDrafter implements Drafter {
         this.probe = new MaskProbe(engine, settings);
         this.sizer = engine.costTable == null ? null : new StepSizer(engine.costTable);
         int masks = settings.slots;
-        width = Math.min(width, engine.manifest.maxWidth());
-        this.maxWidth = engine.manifest.maxWidth();
+        width = Math.min(width, engine.manifest.maxDecodeWidth());
+        this.maxWidth = engine.manifest.maxDecodeWidth();
         this.nodes = width / (masks + 1);
         if (nodes < 1) {
             throw new IllegalArgumentException("a width of " + width + " slots cannot hold a root and its " + masks

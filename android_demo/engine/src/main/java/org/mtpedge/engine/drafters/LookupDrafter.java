@@ -21,8 +21,8 @@ public final class LookupDrafter implements Drafter {
     private final StepSizer sizer;
 
     public LookupDrafter(Engine engine, int width, int maxNgram, int minNgram, int branches) {
-        this.budget = Math.min(width, engine.manifest.maxWidth());
-        this.maxWidth = engine.manifest.maxWidth();
+        this.budget = Math.min(width, engine.manifest.maxDecodeWidth());
+        this.maxWidth = engine.manifest.maxDecodeWidth();
         this.sizer = engine.costTable == null ? null : new StepSizer(engine.costTable);
         this.source = new NgramSource(maxNgram, minNgram, Math.max(1, budget - 1), branches);
     }

@@ -70,7 +70,7 @@ public final class MtpDrafter implements Drafter {
         this.masks = adapter.masks(k);
         this.loraOnSlots = adapter.rank > 0;
         this.head = sampler && adapter.hasSampler ? adapter.samplerHead(engine, candidates) : null;
-        int maxWidth = engine.manifest.maxWidth();
+        int maxWidth = engine.manifest.maxDecodeWidth();
         this.maxWidth = maxWidth;
         this.width = Math.min(width, maxWidth);
         this.branch = branch;
@@ -82,7 +82,7 @@ public final class MtpDrafter implements Drafter {
         }
         if (need > maxWidth) {
             throw new IllegalArgumentException("the " + layout + " layout with k = " + k + " needs " + need + " slots, "
-                    + "the widest graph has " + maxWidth + ": re-export with a wider --decode-widths or use fewer masks");
+                    + "the widest decode graph has " + maxWidth + ": re-export with a wider --decode-widths or use fewer masks");
         }
         this.lookup = lookup ? new NgramSource(3, 1, Math.max(1, this.width - k - 1), 2) : null;
     }
