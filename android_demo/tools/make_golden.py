@@ -19,6 +19,7 @@ import logging
 import shutil
 import sys
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 
 import mtpedge.runtime.engine as engine_module
@@ -210,6 +211,35 @@ def template_cases() -> dict:
     return {"templates": [t.to_json() for t in default_templates([4, 8, 16, 32])]}
 
 
+def default_drafter_cases() -> dict:
+    """runtime.drafters.default_drafter on variants of the real SmolLM2 manifest: float32, the fast recipe, a 4-bit
+    recipe with float activations, QDQ / QNN with several decode graphs and with one."""
+    from mtpedge.export.quantize_bundle import FAST
+    from mtpedge.runtime.drafters import default_drafter
+
+    base = json.loads((COMMITTED / "manifest_smollm2.json").read_text())
+    fast = json.loads(json.dumps(asdict(FAST)))
+    graphs = base["graphs"]
+    one_decode = [g for g in graphs if g["kind"] == "prefill" or g["width"] == 16]
+    variants = {
+        "float32": ({}, graphs),
+        "fast": ({"quantization": {"config": fast}}, graphs),
+        "int4_float_activations": ({"quantization": {"config": {**fast, "accuracy_level": 0}}}, graphs),
+        "float_activation_roles": ({"quantization": {"config": {**fast, "float_activation_roles": ["down_proj"]}}},
+                                   graphs),
+        "int8": ({"quantization": {"config": {**fast, "weights": "int8", "output_layer": "int8"}}}, graphs),
+        "qdq_several_decode_graphs": ({"qdq": {"recipe": "a16w8"}}, graphs),
+        "qdq_one_decode_graph": ({"qdq": {"recipe": "a16w8"}}, one_decode),
+        "qnn_one_decode_graph": ({"qdq": {"recipe": "a16w8"}, "qnn": {"soc": "sm8750"}}, one_decode),
+    }
+    cases = []
+    for name, (extras, chosen) in variants.items():
+        manifest = {**base, "graphs": chosen, "extras": {**base["extras"], **extras}}
+        cases.append({"name": name, "manifest_json": json.dumps(manifest),
+                      "default": default_drafter(Manifest.from_dict(manifest))})
+    return {"cases": cases}
+
+
 def drafters_available() -> bool:
     try:
         import mtpedge.runtime.tree_build  # noqa: F401
@@ -234,6 +264,7 @@ def main() -> None:
     write("verify.json", verify_cases(rng))
     write("sampling.json", sampling_cases(rng))
     write("templates.json", template_cases())
+    write("default_drafters.json", default_drafter_cases())
     golden_tokenizer.write_all(args.bundle)
     if drafters_available():
         import golden_drafters

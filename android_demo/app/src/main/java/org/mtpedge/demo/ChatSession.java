@@ -33,6 +33,11 @@ final class ChatSession implements AutoCloseable {
     }
 
     private final Engine engine;
+
+    /** The bundle's default drafter (Drafters.defaultFor: "none" where drafting would not equal plain decoding). */
+    public String defaultDrafter() {
+        return Drafters.defaultFor(engine.manifest);
+    }
     private final BpeTokenizer tokenizer;
     private final ChatFormat format;
     private final List<ChatFormat.Message> history = new ArrayList<>();

@@ -2,6 +2,7 @@ package org.mtpedge.demo;
 
 import java.io.File;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Locale;
 import java.util.concurrent.ExecutorService;
@@ -72,7 +73,7 @@ public class MainActivity extends Activity {
         store = new BundleStore(this);
         drafterSpinner.setAdapter(new ArrayAdapter<>(this, android.R.layout.simple_spinner_dropdown_item,
                 Drafters.NAMES));
-        drafterSpinner.setSelection(2); // hybrid: mask probes and prompt lookup in one tree
+        drafterSpinner.setSelection(2); // hybrid; a loaded bundle selects its own default (Drafters.defaultFor)
         refreshBundles();
 
         importButton.setOnClickListener(v -> startActivityForResult(new Intent(Intent.ACTION_OPEN_DOCUMENT_TREE),
@@ -124,6 +125,9 @@ public class MainActivity extends Activity {
                 double seconds = (System.nanoTime() - started) / 1e9;
                 ui.post(() -> {
                     session = loaded;
+                    // lossless by default: plain decoding where this bundle's drafted rows would differ from it
+                    // (a QDQ / QNN bundle with several decode graphs), else lookup
+                    drafterSpinner.setSelection(Arrays.asList(Drafters.NAMES).indexOf(loaded.defaultDrafter()));
                     status.setText(String.format(Locale.ROOT, "%s · loaded in %.1f s", loaded.description, seconds));
                     transcript.setText("");
                     sendButton.setEnabled(true);

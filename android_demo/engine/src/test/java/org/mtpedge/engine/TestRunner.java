@@ -18,6 +18,7 @@ public final class TestRunner {
         JsonTest.class, LayoutGoldenTest.class, RopeGoldenTest.class, VerifyGoldenTest.class,
         SamplingGoldenTest.class, TokenizerGoldenTest.class, ChatGoldenTest.class, ManifestTest.class,
         DecodeReplayTest.class, DrafterGoldenTest.class, TemplatesTest.class, SizingGoldenTest.class,
+        DefaultDrafterGoldenTest.class,
     };
 
     /** Thrown by a test that cannot run here (e.g. it needs a real bundle); counted, never a pass. */

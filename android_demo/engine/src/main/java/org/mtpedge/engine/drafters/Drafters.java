@@ -1,9 +1,15 @@
 package org.mtpedge.engine.drafters;
 
+import java.util.HashSet;
+import java.util.List;
 import java.util.Map;
+import java.util.Set;
 
 import org.mtpedge.engine.Drafter;
 import org.mtpedge.engine.Engine;
+import org.mtpedge.engine.GraphEntry;
+import org.mtpedge.engine.Manifest;
+import org.mtpedge.engine.json.JsonValues;
 
 /**
  * The drafter registry of the app: {@code make(name, engine, options)} with the Python defaults
@@ -14,6 +20,39 @@ public final class Drafters {
     public static final String[] NAMES = {"none", "esp", "hybrid", "lookup", "mtp"};
 
     private Drafters() {
+    }
+
+    /**
+     * What a bundle decodes with when no drafter is chosen, as mtpedge.runtime.drafters.default_drafter: "lookup"
+     * where drafting is token-identical to plain decoding by the recipe, "none" (plain decoding) where it is not:
+     * 4-bit MatMuls with float activations, and QDQ / QNN bundles with several decode graphs (the HTP computes a
+     * row otherwise at another width; with one decode graph plain decoding runs the graph the drafts run).
+     */
+    public static String defaultFor(Manifest manifest) {
+        if (manifest.extras.containsKey("qdq")) {
+            Set<String> decodeGraphs = new HashSet<>();
+            for (GraphEntry g : manifest.graphs) {
+                if (g.kind.equals("decode")) {
+                    decodeGraphs.add(g.width + "@" + g.context);
+                }
+            }
+            return decodeGraphs.size() == 1 ? "lookup" : "none";
+        }
+        Object quantization = manifest.extras.get("quantization");
+        Object config = quantization == null ? null
+                : JsonValues.object(quantization, "manifest.extras.quantization").get("config");
+        if (config == null) {
+            return "lookup";
+        }
+        Map<String, Object> recipe = JsonValues.object(config, "manifest.extras.quantization.config");
+        boolean fourBit = "gguf".equals(recipe.get("weights")) || "int4".equals(recipe.get("weights"))
+                || "int4".equals(recipe.get("output_layer"));
+        Object level = recipe.get("accuracy_level");
+        Object floatRoles = recipe.get("float_activation_roles");
+        boolean noFloatRoles = floatRoles == null || (floatRoles instanceof List && ((List<?>) floatRoles).isEmpty());
+        boolean int8Activations = !fourBit || (level != null && JsonValues.longValue(level, "accuracy_level") == 4
+                && noFloatRoles);
+        return int8Activations ? "lookup" : "none";
     }
 
     public static Drafter make(String name, Engine engine, Map<String, String> options) {
