@@ -34,6 +34,7 @@ import numpy as np
 from .cost_measure import cache_file, machine_description
 from .cost_table import decode_widths
 from .engine import Engine
+from .qnn import QNN_EP
 
 PROBE_FORMAT = "mtpedge-row-probe"
 PROBE_VERSION = 1
@@ -105,6 +106,10 @@ def row_probe_for(engine: Engine, cache_dir: Path | None, refresh: bool = False,
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass
         say(f"the cached row probe {path} is unreadable: probing again")
+    if QNN_EP in engine.graphs.providers:  # seconds a call on the x86 simulator (milliseconds on a phone)
+        widest = max(decode_widths(engine.manifest))
+        say(f"probing whether drafted rows equal plain decoding's on the HTP ({widest + 2} graph calls, once per "
+            "bundle and machine)")
     probe = probe_rows(engine)
     if path is not None:
         try:
