@@ -111,7 +111,9 @@ def quality_report(bundle: str | Path, reference: str | Path, progress: Callable
     for name in sorted(n for n in DRAFTERS if not DRAFTERS[n].lossy):  # τ of what the model itself says
         try:
             make_drafter(name, ref)
-        except BundleError as err:  # a drafter the bundle cannot run (mtp without a trained adapter)
+        # a drafter the bundle cannot run: mtp without a trained adapter, or any when the decode graphs are one
+        # slot wide (drafted blocks never run the prefill graph)
+        except (BundleError, ValueError) as err:
             report.setdefault("tau_not_run", {})[name] = str(err)
             continue
         taus = {}
