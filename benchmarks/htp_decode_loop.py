@@ -7,11 +7,12 @@ QNN_BUNDLE is a `mtpedge compile-qnn --no-share-weights` bundle (one context bin
 x86 HTP simulator loads). For each prompt, `mtpedge generate --device qnn --json` runs once plainly and
 once with the drafter (default: runtime.drafters.DEFAULT_DRAFTER, with the flat cost table generate gives the
 simulator), each in its own process (the simulator misbehaves with many HTP sessions alive in
-one process), and their token ids are compared. A drafter is lossless only where a wide call computes its
-root row as the width-1 call does; on the HTP it does not quite (benchmarks/width_invariance.py --device qnn),
-so equal tokens here say that drafting kept plain decoding's answer on these prompts, not that it always will
-(runtime.drafters.default_drafter). Then each graph width is called `--calls` times from one engine to record
-what a call costs there.
+one process), and their token ids are compared. With decode graphs of several widths, equal tokens say only
+that drafting kept plain decoding's answer on these prompts: the HTP computes a root row otherwise at another
+width (benchmarks/width_invariance.py --device qnn). With one decode graph (the default of `export --precision
+qdq`) plain decoding runs the drafts' graph, and the run checks what holds by construction there
+(runtime.drafters.default_drafter; benchmarks/row_probe.py). Then each graph width is called `--calls` times
+from one engine to record what a call costs there.
 
 The simulator is a functional model of the HTP, not a timing model: its seconds say how long the x86
 simulation took, not how long the phone's NPU would. The device's own per-width costs come from
