@@ -67,6 +67,9 @@ class GraphSet:
         self._sessions: dict[str, ort.InferenceSession] = {}
         self._in_place: dict[str, _InPlaceCall] = {}
         self.num_layers = manifest.config.num_layers
+        # the most slots a decode step may use (read every step by the decode loop): see max_decode_width
+        self._max_decode_width = max((e.width for e in self.entries if e.kind == "decode"),
+                                     default=self.entries[-1].width)
 
     @property
     def max_width(self) -> int:
@@ -78,7 +81,7 @@ class GraphSet:
         wider prefill graph: plain decoding runs the narrowest decode graph, and only the decode graphs are
         probed for computing its rows bit for bit (runtime/row_probe.py); on the HTP the graphs of two
         different widths do not (benchmarks/results/quant/smollm2-width-invariance-htp.log)."""
-        return max((e.width for e in self.entries if e.kind == "decode"), default=self.max_width)
+        return self._max_decode_width
 
     @property
     def prefill_width(self) -> int:

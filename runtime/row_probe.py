@@ -16,9 +16,9 @@ The probe runs a chain of tokens through every decode graph wider than 1 and com
 keys) with plain decoding's calls from the same cache. On a bundle with one decode graph (the QDQ / QNN default)
 plain decoding runs that graph too, and the probe asks whether a row's result depends on its slot or on the
 other slots' tokens: on the HTP simulator it does not, where two widths differ (benchmarks/results/quant/
-smollm2.md, "One decode width"). A probe that finds no difference does not
-prove the property for every input; a kernel that sums differently shows up on every row (0 of 12 steps were
-bit-identical on AVX2), which is what the probe is for.
+smollm2.md, "One decode width"). A probe that finds no difference does not prove the property for every input;
+a kernel that sums differently shows up on every row (0 of 12 steps were bit-identical on AVX2), which is what
+the probe is for.
 """
 
 from __future__ import annotations
@@ -107,9 +107,8 @@ def row_probe_for(engine: Engine, cache_dir: Path | None, refresh: bool = False,
             pass
         say(f"the cached row probe {path} is unreadable: probing again")
     if QNN_EP in engine.graphs.providers:  # seconds a call on the x86 simulator (milliseconds on a phone)
-        widest = max(decode_widths(engine.manifest))
-        say(f"probing whether drafted rows equal plain decoding's on the HTP ({widest + 2} graph calls, once per "
-            "bundle and machine)")
+        say(f"probing whether drafted rows equal plain decoding's on the HTP ({engine.graphs.max_decode_width + 2} "
+            "graph calls, once per bundle and machine)")
     probe = probe_rows(engine)
     if path is not None:
         try:
