@@ -21,9 +21,11 @@ PRECISIONS = ("auto", "float32")
 # the fast bundle's smaller context buckets (those below its context): a conversation that fits 256 or 512
 # positions runs graphs that read only that much cache (plain decoding 1.15-1.2x, benchmarks/results/fast)
 FAST_BUCKETS = (256, 512)
-# the fast bundle's decode widths: on its int8-activation kernels a width-16 call costs ~3.8x a width-1 call and a
-# width-4 call ~1.9x (benchmarks/results/fast), so cost-aware trees need a narrow graph between the two
-FAST_DECODE_WIDTHS = (1, 4, 16)
+# the fast bundle's decode widths: on its int8-activation kernels a width-16 call costs ~3.5x a width-1 call, a width-4
+# call ~1.4x and a width-2 call ~1.1x, so cost-aware trees need narrow graphs between them. Width 2 (one draft for
+# 1.1x) took cost-aware lookup from 1.23x to 1.38x plain decoding on 13 tuning questions; widths 3 and 8 on top
+# added nothing (1.46x against 1.47x). benchmarks/results/fast/README.md section 24
+FAST_DECODE_WIDTHS = (1, 2, 4, 16)
 # a QDQ / QNN bundle's one decode graph: plain decoding runs the graph the drafts run, so drafting stays lossless
 # on the HTP, whose graphs of two widths compute a row differently (runtime.drafters.default_drafter). 16: on 13
 # tuning questions with every width costing alike (an NPU's case), lookup's τ was 1.28 / 1.33 / 1.38 and the
@@ -142,7 +144,21 @@ def _why_reexport(folder: Path, model: str | None, mtp: bool, dmtd: bool, fast: 
         return "predates the learned masks shipped for the default model"
     if fast and _recipe_differs(folder):
         return "was made by another fast recipe than this mtpedge's (its manifest's quantization config differs)"
+    if fast and (widths := _other_decode_widths(folder)):
+        return (f"has decode widths {widths}, not this mtpedge's {FAST_DECODE_WIDTHS} (the narrow calls the "
+                "cost-aware trees size to)")
     return None
+
+
+def _other_decode_widths(folder: Path) -> tuple[int, ...] | None:
+    """A cached fast bundle's decode widths where they are not FAST_DECODE_WIDTHS (None: they are, or this is a
+    runtime-only install, which cannot re-export and keeps the cached bundle)."""
+    try:
+        import mtpedge.export.quantize_bundle  # noqa: F401
+    except ImportError:
+        return None
+    widths = tuple(sorted({g.width for g in read_manifest(folder).graphs if g.kind == "decode"}))
+    return None if widths == FAST_DECODE_WIDTHS else widths
 
 
 def _other_version(folder: Path) -> bool:

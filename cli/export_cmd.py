@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "--context for the fast bundle, --precision auto of a GGUF; else none)")
     parser.add_argument("--prefill-width", type=int, default=64, help="slots of the prefill graph (default 64)")
     parser.add_argument("--decode-widths", type=parse_widths, default=None,
-                        help="comma-separated slots of the decode graphs (default 1,4,16 for the fast bundle, "
+                        help="comma-separated slots of the decode graphs (default 1,2,4,16 for the fast bundle, "
                              "--precision auto of a GGUF; 16 alone for qdq and --target qnn: with one decode graph "
                              "drafting stays lossless on the HTP; else 1,16)")
     parser.add_argument("--mtp-adapter", metavar="FILE|default",

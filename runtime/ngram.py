@@ -16,6 +16,12 @@ from numpy.lib.stride_tricks import sliding_window_view
 def ngram_continuations(context: Sequence[int] | np.ndarray, max_ngram: int = 3, min_ngram: int = 1,
                         length: int = 8, max_matches: int = 1) -> list[np.ndarray]:
     """Up to `max_matches` distinct continuations (each 1..`length` tokens), newest match first."""
+    return ngram_match(context, max_ngram, min_ngram, length, max_matches)[1]
+
+
+def ngram_match(context: Sequence[int] | np.ndarray, max_ngram: int = 3, min_ngram: int = 1,
+                length: int = 8, max_matches: int = 1) -> tuple[int, list[np.ndarray]]:
+    """(n, continuations): the n-gram length that matched (0: none) and its continuations, as above."""
     if not 1 <= min_ngram <= max_ngram:
         raise ValueError(f"n-gram sizes must satisfy 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
     ctx = np.asarray(context, dtype=np.int64)
@@ -32,5 +38,5 @@ def ngram_continuations(context: Sequence[int] | np.ndarray, max_ngram: int = 3,
                 found.append(cont)
                 if len(found) == max_matches:
                     break
-        return found
-    return []
+        return n, found
+    return 0, []

@@ -94,7 +94,7 @@ def test_the_readme_export_commands_are_valid_without_loading_anything():
 
 
 @pytest.mark.parametrize("options,widths", [
-    ([], (1, 4, 16)),  # the fast bundle
+    ([], (1, 2, 4, 16)),  # the fast bundle
     (["--precision", "float32"], (1, 16)),
     (["--precision", "qdq"], (16,)),  # one decode graph: drafting stays lossless on the HTP
     (["--target", "qnn", "--soc", "snapdragon-8-elite"], (16,)),

@@ -38,6 +38,7 @@ def test_without_a_bundle_a_gguf_model_gets_the_fast_bundle_and_float32_is_one_f
     monkeypatch.setattr(writer, "export_bundle", _fake_export(exported))
     monkeypatch.setattr(bundles, "_lacks_shipped_masks", lambda folder: False)
     monkeypatch.setattr(bundles, "_recipe_differs", lambda folder: False)
+    monkeypatch.setattr(bundles, "_other_decode_widths", lambda folder: None)
     fast = bundles.ensure_bundle(None, None, 1024, say=lambda _: None)
     assert fast.name == f"SmolLM2-135M-Instruct-cl1024-{bundles.FAST_LABEL}"
     assert exported == [(None, fast.name, FAST, None)]
@@ -57,6 +58,18 @@ def test_without_a_bundle_a_gguf_model_gets_the_fast_bundle_and_float32_is_one_f
     assert mtp.name.endswith("-mtp") and exported[-1][2:] == (None, "default")  # adapter graphs stay float32
     with pytest.raises(ValueError, match="choose one of auto, float32"):
         bundles.ensure_bundle(None, None, 1024, precision="int3")
+
+
+def test_a_cached_fast_bundle_with_other_decode_widths_is_exported_again(tiny_one_width_bundle, monkeypatch):
+    from mtpedge.runtime.bundle import read_manifest
+
+    monkeypatch.setattr(bundles, "_recipe_differs", lambda folder: False)
+    widths = tuple(sorted({g.width for g in read_manifest(tiny_one_width_bundle).graphs if g.kind == "decode"}))
+    assert widths != bundles.FAST_DECODE_WIDTHS
+    why = bundles._why_reexport(tiny_one_width_bundle, "model.gguf", mtp=False, dmtd=False, fast=True)
+    assert f"has decode widths {widths}, not this mtpedge's {bundles.FAST_DECODE_WIDTHS}" in why
+    monkeypatch.setattr(bundles, "FAST_DECODE_WIDTHS", widths)
+    assert bundles._why_reexport(tiny_one_width_bundle, "model.gguf", mtp=False, dmtd=False, fast=True) is None
 
 
 def test_export_auto_of_a_gguf_is_the_fast_config():

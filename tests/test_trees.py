@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from mtpedge.runtime.attention_bias import CachedAttentionBias, block_inputs
 from mtpedge.runtime.drafters.mask_embeddings import MaskConfig, initial_masks, updated_masks
 from mtpedge.runtime.engine import leading_chain
-from mtpedge.runtime.ngram import ngram_continuations
+from mtpedge.runtime.ngram import ngram_continuations, ngram_match
 from mtpedge.runtime.tree import SLOT, tree_layout
 from mtpedge.runtime.tree_build import (
     attach_mask_slots,
@@ -163,6 +163,32 @@ def test_ngram_continuations():
     assert ngram_continuations([4], 3, 1, 3) == []
     with pytest.raises(ValueError, match="n-gram"):
         ngram_continuations(ctx, 1, 2)
+
+
+def test_ngram_match_says_which_n_matched():
+    ctx = [1, 2, 3, 4, 1, 2, 3, 5, 1, 2, 3]
+    assert ngram_match(ctx, 3, 1, 2)[0] == 3 and ngram_match(ctx, 2, 1, 2)[0] == 2
+    assert ngram_match([7, 8, 9, 8], 3, 1, 3)[0] == 1 and ngram_match([1, 2, 3], 3, 1, 3) == (0, [])
+
+
+def test_lookup_learns_acceptance_per_match_class():
+    """A long match inside a copied passage and a lone 1-gram match are accepted at very different rates, so each
+    class (n matched, previous step accepted a lookup draft) keeps its own; reset forgets them all."""
+    from mtpedge.runtime.drafters.lookup import NgramSource
+    from mtpedge.runtime.tree import DraftTree
+
+    source = NgramSource(3, 1, 3, 1)
+    copied = [9, 1, 2, 3, 4, 5, 6, 0, 1, 2, 3]  # "1 2 3" seen before: a 3-gram match, continuation 4 5 6
+    tokens, parents, _ = select_tree(*source.pool(copied, root=3), 4)
+    assert tokens.tolist() == [3, 4, 5, 6]
+    source.record(DraftTree(tokens, parents), np.ones(4, dtype=bool), path=[0, 1, 2, 3])  # all accepted
+    assert source.streak and source.classes[(3, False)].rates()[1] > 0.5
+    source.pool([7, 8, 9, 8], root=8)  # a 1-gram match, after an accepted draft: a class with no evidence yet
+    assert source.rates is source.classes[(1, True)] and source.rates.rates()[1] == 0.5
+    source.record(DraftTree(np.array([8, 9]), np.array([-1, 0])), np.ones(2, dtype=bool), path=[0])  # rejected
+    assert not source.streak and source.classes[(1, True)].rates()[1] < 0.5
+    source.reset()
+    assert source.classes == {} and not source.streak
 
 
 @given(st.lists(st.integers(0, 3), min_size=1, max_size=30), st.integers(1, 3), st.integers(1, 5))

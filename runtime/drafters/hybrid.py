@@ -79,7 +79,7 @@ class HybridDrafter(Drafter):
 
     def start(self, engine: Engine, prompt_ids: Sequence[int]) -> None:
         self.probe.start(prompt_ids)
-        self.lookup.rates.reset()
+        self.lookup.reset()
 
     def propose(self, context_ids: Sequence[int], root: int, lead: int = 0
                 ) -> tuple[DraftTree, np.ndarray]:

@@ -3,6 +3,11 @@
 No mask slots and no model work: the tree is a trie of up to `branches` distinct continuations (newest
 match first), cut to the `width` budget by estimated acceptance (per-depth rates learned online; the
 r-th continuation is discounted by 1 / (r + 1)). A step without any match is a plain one-slot call.
+
+The rates are kept per match class: the n-gram length that matched and whether the previous step accepted a
+lookup draft. A 3-gram match inside a copied passage is accepted far more often than a lone 1-gram match (on
+24 held-out answers, first drafts 0.76 against 0.23: benchmarks/results/fast/README.md section 24), and one
+rate for both made the cost-aware sizer draft the first too little and the second too much.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..acceptance import DepthRates
-from ..ngram import ngram_continuations
+from ..ngram import ngram_match
 from ..tree import DraftTree, node_depths
 from ..tree_build import chain_pool, select_tree, select_tree_scored
 from .base import Drafter, option, sizer_for, width_for
@@ -25,16 +30,26 @@ if TYPE_CHECKING:
 
 
 class NgramSource:
-    """Lookup candidates as a scored pool, and the per-depth acceptance rates that score them."""
+    """Lookup candidates as a scored pool, and the per-depth acceptance rates that score them (per match class:
+    the matched n-gram length, and whether the previous step accepted a lookup draft)."""
 
     def __init__(self, max_ngram: int, min_ngram: int, length: int, branches: int) -> None:
         if length < 1 or branches < 1:
             raise ValueError(f"lookup length and branches must be >= 1, got {length}, {branches}")
         self.max_ngram, self.min_ngram, self.length, self.branches = max_ngram, min_ngram, length, branches
-        self.rates = DepthRates(length)
+        self.classes: dict[tuple[int, bool], DepthRates] = {}
+        self.rates = DepthRates(length)  # the rates of the current step's match class
+        self.streak = False  # the previous step accepted a lookup draft
+
+    def reset(self) -> None:
+        """Forget what earlier generations taught (a new prompt)."""
+        self.classes.clear()
+        self.rates = DepthRates(self.length)
+        self.streak = False
 
     def pool(self, context_ids: Sequence[int], root: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        found = ngram_continuations(context_ids, self.max_ngram, self.min_ngram, self.length, self.branches)
+        n, found = ngram_match(context_ids, self.max_ngram, self.min_ngram, self.length, self.branches)
+        self.rates = self.classes.setdefault((n, self.streak), DepthRates(self.length))
         scores = [self.rates.chain_scores(c.size, 1.0 / (rank + 1)) for rank, c in enumerate(found)]
         return chain_pool(root, found, scores)
 
@@ -50,6 +65,7 @@ class NgramSource:
         parent_on_path = np.zeros(n, dtype=bool)
         parent_on_path[1:] = on_path[parents[1:]]
         self.rates.record(depth[lookup], parent_on_path[lookup], (on_path & lookup)[lookup])
+        self.streak = bool((on_path & lookup).any())
 
 
 @dataclass(frozen=True)
@@ -81,7 +97,7 @@ class LookupDrafter(Drafter):
                          "min_ngram": options.min_ngram, "branches": options.branches}
 
     def start(self, engine: Engine, prompt_ids: Sequence[int]) -> None:
-        self.source.rates.reset()
+        self.source.reset()
 
     def propose(self, context_ids: Sequence[int], root: int, lead: int = 0) -> tuple[DraftTree, None]:
         pool = self.source.pool(context_ids, root)

@@ -131,7 +131,7 @@ class MtpDrafter(Drafter):
     def start(self, engine: Engine, prompt_ids: Sequence[int]) -> None:
         self._pending = None
         if self.lookup is not None:
-            self.lookup.rates.reset()
+            self.lookup.reset()
 
     def drafts(self, root: int) -> list[int]:
         if self._pending is None:

@@ -43,7 +43,7 @@ public final class HybridDrafter implements Drafter {
     @Override
     public void start(Engine engine, int[] promptIds, float[] prefillLogits) {
         probe.start(promptIds);
-        lookup.rates.reset();
+        lookup.reset();
     }
 
     @Override

@@ -34,7 +34,7 @@ public final class LookupDrafter implements Drafter {
 
     @Override
     public void start(Engine engine, int[] promptIds, float[] prefillLogits) {
-        source.rates.reset();
+        source.reset();
     }
 
     @Override

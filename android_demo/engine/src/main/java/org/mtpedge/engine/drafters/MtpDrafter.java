@@ -102,7 +102,7 @@ public final class MtpDrafter implements Drafter {
         pendingHidden = null;
         pendingLogits = null;
         if (lookup != null) {
-            lookup.rates.reset();
+            lookup.reset();
         }
     }
 

@@ -13,7 +13,30 @@ public final class Ngram {
     private Ngram() {
     }
 
+    /** The n-gram length that matched (0: none) and its continuations; port of {@code ngram.ngram_match}. */
+    public static final class Match {
+        private final int n;
+        private final List<int[]> found;
+
+        Match(int n, List<int[]> found) {
+            this.n = n;
+            this.found = found;
+        }
+
+        public int n() {
+            return n;
+        }
+
+        public List<int[]> found() {
+            return found;
+        }
+    }
+
     public static List<int[]> continuations(int[] context, int maxNgram, int minNgram, int length, int maxMatches) {
+        return match(context, maxNgram, minNgram, length, maxMatches).found();
+    }
+
+    public static Match match(int[] context, int maxNgram, int minNgram, int length, int maxMatches) {
         if (minNgram < 1 || minNgram > maxNgram) {
             throw new IllegalArgumentException("n-gram sizes must satisfy 1 <= min_ngram <= max_ngram, got " + minNgram
                     + ", " + maxNgram);
@@ -39,10 +62,10 @@ public final class Ngram {
                 }
             }
             if (!found.isEmpty()) {
-                return found;
+                return new Match(n, found);
             }
         }
-        return new ArrayList<>();
+        return new Match(0, new ArrayList<>());
     }
 
     private static boolean matchesSuffix(int[] context, int start, int n) {

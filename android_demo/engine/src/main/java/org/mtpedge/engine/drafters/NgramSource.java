@@ -1,17 +1,24 @@
 package org.mtpedge.engine.drafters;
 
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 
 import org.mtpedge.engine.DraftTree;
 
-/** Lookup candidates as a scored pool, and the per-depth acceptance rates that score them (lookup.NgramSource). */
+/**
+ * Lookup candidates as a scored pool, and the per-depth acceptance rates that score them, per match class: the
+ * matched n-gram length and whether the previous step accepted a lookup draft (lookup.NgramSource).
+ */
 final class NgramSource {
     private final int maxNgram;
     private final int minNgram;
     private final int length;
     private final int branches;
-    final DepthRates rates;
+    private final Map<Integer, DepthRates> classes = new HashMap<>();
+    DepthRates rates; // the rates of the current step's match class
+    private boolean streak; // the previous step accepted a lookup draft
 
     NgramSource(int maxNgram, int minNgram, int length, int branches) {
         if (length < 1 || branches < 1) {
@@ -25,8 +32,17 @@ final class NgramSource {
         this.rates = new DepthRates(length);
     }
 
+    /** Forget what earlier generations taught (a new prompt). */
+    void reset() {
+        classes.clear();
+        rates = new DepthRates(length);
+        streak = false;
+    }
+
     TreeBuild.Pool pool(int[] contextIds, int root) {
-        List<int[]> found = Ngram.continuations(contextIds, maxNgram, minNgram, length, branches);
+        Ngram.Match match = Ngram.match(contextIds, maxNgram, minNgram, length, branches);
+        List<int[]> found = match.found();
+        rates = classes.computeIfAbsent(2 * match.n() + (streak ? 1 : 0), key -> new DepthRates(length));
         List<double[]> scores = new ArrayList<>();
         for (int rank = 0; rank < found.size(); rank++) {
             scores.add(rates.chainScores(found.get(rank).length, 1.0 / (rank + 1)));
@@ -62,5 +78,9 @@ final class NgramSource {
             }
         }
         rates.record(depths, parentAccepted, accepted);
+        streak = false;
+        for (boolean a : accepted) {
+            streak |= a;
+        }
     }
 }
