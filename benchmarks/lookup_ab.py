@@ -18,22 +18,17 @@ from mtpedge.bench.methods import DrafterMethod
 from mtpedge.bench.questions import SPEC_BENCH
 from mtpedge.bench.suite import BenchSettings, bench_document, write_report
 from mtpedge.bundles import cache_root
-from mtpedge.runtime.acceptance import DepthRates
 from mtpedge.runtime.cost_measure import cost_table_from_option
+from mtpedge.runtime.cost_table import decode_widths
 from mtpedge.runtime.drafters.lookup import NgramSource
 from mtpedge.runtime.engine import Engine
-from mtpedge.runtime.ngram import ngram_match
-from mtpedge.runtime.tree_build import chain_pool
 
 
 class OneTable(NgramSource):
     """lookup's acceptance rates as one table whatever matched (the match class is always the same)."""
 
-    def pool(self, context_ids, root):
-        found = ngram_match(context_ids, self.max_ngram, self.min_ngram, self.length, self.branches)[1]
-        self.rates = self.classes.setdefault((0, False), DepthRates(self.length))
-        scores = [self.rates.chain_scores(c.size, 1.0 / (rank + 1)) for rank, c in enumerate(found)]
-        return chain_pool(root, found, scores)
+    def match_class(self, n: int) -> tuple[int, bool]:
+        return 0, False
 
 
 def one_table(method: DrafterMethod) -> DrafterMethod:
@@ -63,8 +58,7 @@ def main() -> int:
         engine = Engine.load(folder, threads=1)
         engine.cost_table = cost_table_from_option(engine, "measured", cache_root() / "costs", say=print)
         engines.append(engine)
-    label = lambda e: "w" + "-".join(str(w) for w in sorted(g.width for g in e.manifest.graphs  # noqa: E731
-                                                            if g.kind == "decode" and g.context == e.context))
+    label = lambda e: "w" + "-".join(str(w) for w in decode_widths(e.manifest))  # noqa: E731
     methods = [DrafterMethod(engines[0], "none", name="none")]
     for engine in engines:
         if args.one_table:

@@ -16,6 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from mtpedge.runtime.bundle import BUNDLE_VERSION, MANIFEST, read_manifest
+from mtpedge.runtime.cost_table import decode_widths
 
 PRECISIONS = ("auto", "float32")
 # the fast bundle's smaller context buckets (those below its context): a conversation that fits 256 or 512
@@ -151,13 +152,9 @@ def _why_reexport(folder: Path, model: str | None, mtp: bool, dmtd: bool, fast: 
 
 
 def _other_decode_widths(folder: Path) -> tuple[int, ...] | None:
-    """A cached fast bundle's decode widths where they are not FAST_DECODE_WIDTHS (None: they are, or this is a
-    runtime-only install, which cannot re-export and keeps the cached bundle)."""
-    try:
-        import mtpedge.export.quantize_bundle  # noqa: F401
-    except ImportError:
-        return None
-    widths = tuple(sorted({g.width for g in read_manifest(folder).graphs if g.kind == "decode"}))
+    """A cached fast bundle's decode widths where they are not FAST_DECODE_WIDTHS (None: they are). A runtime-only
+    install cannot re-export: ensure_bundle then keeps the cached bundle."""
+    widths = tuple(decode_widths(read_manifest(folder)))
     return None if widths == FAST_DECODE_WIDTHS else widths
 
 

@@ -62,9 +62,10 @@ def test_without_a_bundle_a_gguf_model_gets_the_fast_bundle_and_float32_is_one_f
 
 def test_a_cached_fast_bundle_with_other_decode_widths_is_exported_again(tiny_one_width_bundle, monkeypatch):
     from mtpedge.runtime.bundle import read_manifest
+    from mtpedge.runtime.cost_table import decode_widths
 
     monkeypatch.setattr(bundles, "_recipe_differs", lambda folder: False)
-    widths = tuple(sorted({g.width for g in read_manifest(tiny_one_width_bundle).graphs if g.kind == "decode"}))
+    widths = tuple(decode_widths(read_manifest(tiny_one_width_bundle)))
     assert widths != bundles.FAST_DECODE_WIDTHS
     why = bundles._why_reexport(tiny_one_width_bundle, "model.gguf", mtp=False, dmtd=False, fast=True)
     assert f"has decode widths {widths}, not this mtpedge's {bundles.FAST_DECODE_WIDTHS}" in why

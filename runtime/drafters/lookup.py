@@ -47,9 +47,14 @@ class NgramSource:
         self.rates = DepthRates(self.length)
         self.streak = False
 
+    def match_class(self, n: int) -> tuple[int, bool]:
+        """The class whose rates score this step's candidates: the n-gram length matched (0: none), and whether
+        the previous step accepted a lookup draft."""
+        return n, self.streak
+
     def pool(self, context_ids: Sequence[int], root: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         n, found = ngram_match(context_ids, self.max_ngram, self.min_ngram, self.length, self.branches)
-        self.rates = self.classes.setdefault((n, self.streak), DepthRates(self.length))
+        self.rates = self.classes.setdefault(self.match_class(n), DepthRates(self.length))
         scores = [self.rates.chain_scores(c.size, 1.0 / (rank + 1)) for rank, c in enumerate(found)]
         return chain_pool(root, found, scores)
 
