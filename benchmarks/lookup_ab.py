@@ -1,11 +1,13 @@
 """Cost-aware `lookup` on fast bundles that differ in their decode widths, in one interleaved bench run.
 
-    python benchmarks/lookup_ab.py --out DIR [--limit 1 --pick between] [--one-table] BUNDLE [BUNDLE ...]
+    python benchmarks/lookup_ab.py --out DIR [--limit 1 --pick between] [--variants one-table,...] BUNDLE [BUNDLE ...]
 
 Every bundle gets its measured cost table (cached with the others); methods: plain decoding on the first bundle,
-then `lookup` on each. --one-table adds, per bundle, `lookup` with one acceptance table for every match (what
-lookup did before it kept rates per match class: runtime/drafters/lookup.py). Writes bench.json / bench.md.
-Figures: benchmarks/results/fast/README.md section 24.
+then `lookup` on each, and `lookup` variants beside it, per bundle:
+  one-table       one acceptance table for every match (what lookup did before it kept rates per match class)
+  uniform-priors  every match class starts at 0.5 worth 2 tries (before the measured priors)
+  priors-xW       the measured priors worth W tries (runtime/drafters/lookup.py)
+Writes bench.json / bench.md. Figures: benchmarks/results/fast/README.md sections 24 and 25.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from mtpedge.bench.methods import DrafterMethod
 from mtpedge.bench.questions import SPEC_BENCH
 from mtpedge.bench.suite import BenchSettings, bench_document, write_report
 from mtpedge.bundles import cache_root
+from mtpedge.runtime.acceptance import DepthRates
 from mtpedge.runtime.cost_measure import cost_table_from_option
 from mtpedge.runtime.cost_table import decode_widths
 from mtpedge.runtime.drafters.lookup import NgramSource
@@ -31,17 +34,42 @@ class OneTable(NgramSource):
         return 0, False
 
 
-def one_table(method: DrafterMethod) -> DrafterMethod:
+class UniformPriors(NgramSource):
+    def new_rates(self, match_class: tuple[int, bool]) -> DepthRates:
+        return DepthRates(self.length)
+
+
+def weighted_priors(weight: float) -> type[NgramSource]:
+    class Weighted(NgramSource):
+        def new_rates(self, match_class: tuple[int, bool]) -> DepthRates:
+            rates = super().new_rates(match_class)
+            rates.prior_hits *= weight / rates.prior_weight
+            rates.prior_weight = weight
+            return rates
+    return Weighted
+
+
+def with_source(method: DrafterMethod, source_class: type[NgramSource]) -> DrafterMethod:
     make = method._make
 
     def made():
         drafter = make()
         s = drafter.source
-        drafter.source = OneTable(s.max_ngram, s.min_ngram, s.length, s.branches)
+        drafter.source = source_class(s.max_ngram, s.min_ngram, s.length, s.branches)
         return drafter
 
     method._make = made
     return method
+
+
+def variant_source(variant: str) -> type[NgramSource]:
+    if variant == "one-table":
+        return OneTable
+    if variant == "uniform-priors":
+        return UniformPriors
+    if variant.startswith("priors-x"):
+        return weighted_priors(float(variant.removeprefix("priors-x")))
+    raise SystemExit(f"unknown variant {variant!r}: one-table, uniform-priors or priors-xW")
 
 
 def main() -> int:
@@ -51,7 +79,7 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=1)
     parser.add_argument("--pick", default="between", help="first (the report set) | between (tuning) | spread")
     parser.add_argument("--time-limit", type=float)
-    parser.add_argument("--one-table", action="store_true")
+    parser.add_argument("--variants", default="", help="comma-separated: one-table, uniform-priors, priors-xW")
     args = parser.parse_args()
     engines = []
     for folder in args.bundles:
@@ -61,8 +89,9 @@ def main() -> int:
     label = lambda e: "w" + "-".join(str(w) for w in decode_widths(e.manifest))  # noqa: E731
     methods = [DrafterMethod(engines[0], "none", name="none")]
     for engine in engines:
-        if args.one_table:
-            methods.append(one_table(DrafterMethod(engine, "lookup", name=f"lookup-{label(engine)}-one-table")))
+        for variant in filter(None, args.variants.split(",")):
+            methods.append(with_source(DrafterMethod(engine, "lookup", name=f"lookup-{label(engine)}-{variant}"),
+                                       variant_source(variant)))
         methods.append(DrafterMethod(engine, "lookup", name=f"lookup-{label(engine)}"))
     settings = BenchSettings(bundle=args.bundles[0], questions=SPEC_BENCH, limit=args.limit, pick=args.pick,
                              max_new_tokens=128, methods=tuple(m.name for m in methods), threads=1, sweep=False,

@@ -1,8 +1,9 @@
 """Online estimates of how often a drafter's candidates are accepted, per tree depth.
 
-rate(d) estimates P(a depth-d candidate is accepted | its parent was accepted), Laplace-smoothed
-((hits + 1) / (tries + 2), i.e. 0.5 before any evidence). A tree builder multiplies rates down a chain
-to score candidates against other sources by estimated acceptance probability.
+rate(d) estimates P(a depth-d candidate is accepted | its parent was accepted) as
+(hits + w * prior(d)) / (tries + w): a prior rate worth w tries, Laplace's (hits + 1) / (tries + 2) unless a
+drafter knows better. A tree builder multiplies rates down a chain to score candidates against other sources
+by estimated acceptance probability.
 """
 
 from __future__ import annotations
@@ -11,9 +12,13 @@ import numpy as np
 
 
 class DepthRates:
-    def __init__(self, max_depth: int) -> None:
+    def __init__(self, max_depth: int, prior: tuple[float, ...] = (0.5,), prior_weight: float = 2.0) -> None:
+        """`prior`: the rates at depths 1, 2, ... before any evidence, the last repeated for deeper ones."""
         self.tries = np.zeros(max_depth + 1, dtype=np.int64)
         self.hits = np.zeros(max_depth + 1, dtype=np.int64)
+        depth_prior = [prior[min(d, len(prior)) - 1] for d in range(1, max_depth + 1)]
+        self.prior_hits = prior_weight * np.array([1.0, *depth_prior])
+        self.prior_weight = prior_weight
 
     def reset(self) -> None:
         self.tries[:] = 0
@@ -21,7 +26,7 @@ class DepthRates:
 
     def rates(self) -> np.ndarray:
         """(max_depth + 1,) with rates[0] = 1 (the root is always accepted)."""
-        rates = (self.hits + 1) / (self.tries + 2)
+        rates = (self.hits + self.prior_hits) / (self.tries + self.prior_weight)
         rates[0] = 1.0
         return rates
 

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mtpedge.runtime.acceptance import DepthRates
 from mtpedge.runtime.attention_bias import CachedAttentionBias, block_inputs
 from mtpedge.runtime.drafters.mask_embeddings import MaskConfig, initial_masks, updated_masks
 from mtpedge.runtime.engine import leading_chain
@@ -174,7 +175,7 @@ def test_ngram_match_says_which_n_matched():
 def test_lookup_learns_acceptance_per_match_class():
     """A long match inside a copied passage and a lone 1-gram match are accepted at very different rates, so each
     class (n matched, previous step accepted a lookup draft) keeps its own; reset forgets them all."""
-    from mtpedge.runtime.drafters.lookup import NgramSource
+    from mtpedge.runtime.drafters.lookup import MATCH_CLASS_PRIORS, NgramSource
     from mtpedge.runtime.tree import DraftTree
 
     source = NgramSource(3, 1, 3, 1)
@@ -182,13 +183,35 @@ def test_lookup_learns_acceptance_per_match_class():
     tokens, parents, _ = select_tree(*source.pool(copied, root=3), 4)
     assert tokens.tolist() == [3, 4, 5, 6]
     source.record(DraftTree(tokens, parents), np.ones(4, dtype=bool), path=[0, 1, 2, 3])  # all accepted
-    assert source.streak and source.classes[(3, False)].rates()[1] > 0.5
+    assert source.streak and source.classes[(3, False)].rates()[1] > MATCH_CLASS_PRIORS[(3, False)][0]
     source.pool([7, 8, 9, 8], root=8)  # a 1-gram match, after an accepted draft: a class with no evidence yet
-    assert source.rates is source.classes[(1, True)] and source.rates.rates()[1] == 0.5
+    prior = MATCH_CLASS_PRIORS[(1, True)]
+    assert source.rates is source.classes[(1, True)] and source.rates.rates()[1:4].tolist() == pytest.approx(prior)
     source.record(DraftTree(np.array([8, 9]), np.array([-1, 0])), np.ones(2, dtype=bool), path=[0])  # rejected
-    assert not source.streak and source.classes[(1, True)].rates()[1] < 0.5
+    assert not source.streak and source.classes[(1, True)].rates()[1] < prior[0]
     source.reset()
     assert source.classes == {} and not source.streak
+
+
+def test_lookup_starts_each_match_class_from_its_measured_prior():
+    """Before any evidence a lone 1-gram match is scored far below a 3-gram match in a copied run (held-out
+    figures: results/fast section 25); evidence moves a rate at the prior's weight of PRIOR_WEIGHT tries."""
+    from mtpedge.runtime.drafters.lookup import PRIOR_WEIGHT, NgramSource
+
+    source = NgramSource(3, 1, 5, 1)
+    lone, copied = source.new_rates((1, False)), source.new_rates((3, True))
+    assert lone.chain_scores(5)[0] < 0.3 < 0.7 < copied.chain_scores(5)[0]
+    assert lone.rates()[3:].tolist() == [lone.rates()[3]] * 3  # the last prior depth repeats deeper
+    lone.record(np.array([1]), np.array([True]), np.array([True]))
+    assert lone.rates()[1] == pytest.approx((1 + 0.23 * PRIOR_WEIGHT) / (1 + PRIOR_WEIGHT))
+    assert source.new_rates((0, False)).rates()[1] == 0.5  # no match: no candidates, Laplace's prior
+    assert source.new_rates((5, True)).rates()[1] == copied.rates()[1]  # past 3 counts as 3
+
+
+def test_depth_rates_default_to_laplace():
+    rates = DepthRates(3)
+    rates.record(np.array([1, 2]), np.array([True, True]), np.array([True, False]))
+    assert rates.rates().tolist() == [1.0, 2 / 3, 1 / 3, 0.5]
 
 
 @given(st.lists(st.integers(0, 3), min_size=1, max_size=30), st.integers(1, 3), st.integers(1, 5))

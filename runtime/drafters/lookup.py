@@ -29,6 +29,18 @@ if TYPE_CHECKING:
     from ..graphs import GraphOutput
 
 
+# Each match class's acceptance rates at depths 1, 2, 3+ before any evidence, worth PRIOR_WEIGHT tries: what 24
+# held-out answers measured (benchmarks/results/fast/lookup_match_classes_24q.log, deeper depths pooled and
+# rounded). Without them every class started at 0.5, and each answer spent its first steps learning that a lone
+# 1-gram match is seldom right.
+MATCH_CLASS_PRIORS: dict[tuple[int, bool], tuple[float, ...]] = {
+    (1, False): (0.23, 0.52, 0.6), (1, True): (0.29, 0.59, 0.75),
+    (2, False): (0.40, 0.56, 0.8), (2, True): (0.60, 0.73, 0.8),
+    (3, False): (0.55, 0.33, 0.5), (3, True): (0.76, 0.88, 0.93),
+}
+PRIOR_WEIGHT = 4.0
+
+
 class NgramSource:
     """Lookup candidates as a scored pool, and the per-depth acceptance rates that score them (per match class:
     the matched n-gram length, and whether the previous step accepted a lookup draft)."""
@@ -52,9 +64,18 @@ class NgramSource:
         the previous step accepted a lookup draft."""
         return n, self.streak
 
+    def new_rates(self, match_class: tuple[int, bool]) -> DepthRates:
+        """A class's rates before any evidence: its measured prior (n-grams past 3 count as 3)."""
+        n, streak = match_class
+        prior = MATCH_CLASS_PRIORS.get((min(n, 3), streak))
+        return DepthRates(self.length) if prior is None else DepthRates(self.length, prior, PRIOR_WEIGHT)
+
     def pool(self, context_ids: Sequence[int], root: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         n, found = ngram_match(context_ids, self.max_ngram, self.min_ngram, self.length, self.branches)
-        self.rates = self.classes.setdefault(self.match_class(n), DepthRates(self.length))
+        match_class = self.match_class(n)
+        if match_class not in self.classes:
+            self.classes[match_class] = self.new_rates(match_class)
+        self.rates = self.classes[match_class]
         scores = [self.rates.chain_scores(c.size, 1.0 / (rank + 1)) for rank, c in enumerate(found)]
         return chain_pool(root, found, scores)
 

@@ -1,16 +1,30 @@
 package org.mtpedge.engine.drafters;
 
 /**
- * Online per-depth acceptance estimates: rate(d) = P(a depth-d candidate is accepted | its parent was),
- * Laplace-smoothed (hits + 1) / (tries + 2); port of {@code mtpedge.runtime.acceptance.DepthRates}.
+ * Online per-depth acceptance estimates: rate(d) = P(a depth-d candidate is accepted | its parent was), as
+ * (hits + w * prior(d)) / (tries + w), Laplace's (hits + 1) / (tries + 2) unless a drafter knows better; port of
+ * {@code mtpedge.runtime.acceptance.DepthRates}.
  */
 public final class DepthRates {
     private final long[] tries;
     private final long[] hits;
+    private final double[] priorHits;
+    private final double priorWeight;
 
     public DepthRates(int maxDepth) {
+        this(maxDepth, new double[] {0.5}, 2.0);
+    }
+
+    /** {@code prior}: the rates at depths 1, 2, ... before any evidence, the last repeated for deeper ones. */
+    public DepthRates(int maxDepth, double[] prior, double priorWeight) {
         tries = new long[maxDepth + 1];
         hits = new long[maxDepth + 1];
+        priorHits = new double[maxDepth + 1];
+        priorHits[0] = priorWeight;
+        for (int d = 1; d <= maxDepth; d++) {
+            priorHits[d] = priorWeight * prior[Math.min(d, prior.length) - 1];
+        }
+        this.priorWeight = priorWeight;
     }
 
     public void reset() {
@@ -21,7 +35,7 @@ public final class DepthRates {
     public double[] rates() {
         double[] r = new double[tries.length];
         for (int d = 0; d < r.length; d++) {
-            r[d] = (hits[d] + 1.0) / (tries[d] + 2.0);
+            r[d] = (hits[d] + priorHits[d]) / (tries[d] + priorWeight);
         }
         r[0] = 1.0;
         return r;

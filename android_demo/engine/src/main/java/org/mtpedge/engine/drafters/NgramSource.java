@@ -12,6 +12,13 @@ import org.mtpedge.engine.DraftTree;
  * matched n-gram length and whether the previous step accepted a lookup draft (lookup.NgramSource).
  */
 final class NgramSource {
+    /** Each match class's rates at depths 1, 2, 3+ before any evidence, worth PRIOR_WEIGHT tries (lookup.py). */
+    private static final double[][][] MATCH_CLASS_PRIORS = { // [n - 1][streak ? 1 : 0]
+        {{0.23, 0.52, 0.6}, {0.29, 0.59, 0.75}},
+        {{0.40, 0.56, 0.8}, {0.60, 0.73, 0.8}},
+        {{0.55, 0.33, 0.5}, {0.76, 0.88, 0.93}},
+    };
+    private static final double PRIOR_WEIGHT = 4.0;
     private final int maxNgram;
     private final int minNgram;
     private final int length;
@@ -39,10 +46,18 @@ final class NgramSource {
         streak = false;
     }
 
+    /** A class's rates before any evidence: its measured prior (n-grams past 3 count as 3). */
+    private DepthRates newRates(int n, boolean afterAccepted) {
+        if (n < 1) {
+            return new DepthRates(length);
+        }
+        return new DepthRates(length, MATCH_CLASS_PRIORS[Math.min(n, 3) - 1][afterAccepted ? 1 : 0], PRIOR_WEIGHT);
+    }
+
     TreeBuild.Pool pool(int[] contextIds, int root) {
         Ngram.Match match = Ngram.match(contextIds, maxNgram, minNgram, length, branches);
         List<int[]> found = match.found();
-        rates = classes.computeIfAbsent(2 * match.n() + (streak ? 1 : 0), key -> new DepthRates(length));
+        rates = classes.computeIfAbsent(2 * match.n() + (streak ? 1 : 0), key -> newRates(match.n(), streak));
         List<double[]> scores = new ArrayList<>();
         for (int rank = 0; rank < found.size(); rank++) {
             scores.add(rates.chainScores(found.get(rank).length, 1.0 / (rank + 1)));
