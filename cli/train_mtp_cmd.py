@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alpha", type=float, default=32.0, help="LoRA scale numerator (scale = alpha / rank)")
     parser.add_argument("--no-sampler", action="store_true", help="train no sampler head")
     parser.add_argument("--sampler-form", default="residual", choices=("residual", "paper"),
-                        help="the sampler head: residual (default, exportable) or the paper's two blocks")
+                        help="the sampler head: residual (default) or the paper's two blocks (both export)")
     parser.add_argument("--teacher-weight", type=float, default=0.0,
                         help="share of each CE taken against the data's teacher top-k (0: hard labels; default 0)")
     parser.add_argument("--steps", type=int, default=300, help="total optimisation steps (one sample each)")

@@ -3,7 +3,8 @@
     graphs            with LoRA or a sampler: the adapter graph (extra input `lora_gate`, extra output
                       `hidden_states`, runtime/contract.py); masks alone: the plain base graphs
     mtp_masks.npy     (k, hidden) float32 learned mask embeddings
-    mtp_sampler.npz   the sampler head (fc1, norm, fc2) for the host (numpy) side
+    mtp_sampler.npz   the sampler head for the host (numpy) side: fc1, norm, fc2 (and norm2 in the paper's
+                      form, extras["mtp"]["sampler_form"])
     mtp_unembed.npy   the output matrix for the sampler head, only if it differs from embeddings.npy
                       (tied models such as SmolLM2 reuse the embedding table)
     extras["mtp"]     k, rank, sampler, adapter_graphs, file names, training provenance
@@ -82,15 +83,9 @@ class MtpExport:
                   "training": {"steps": self.payload["step"], "train_config": self.payload["train_config"],
                                "data": self.payload.get("data", {})}}
         if a.sampler is not None:
-            if a.config.sampler_form != "residual":
-                raise ValueError(f"the adapter's sampler head has the {a.config.sampler_form!r} form; the runtime "
-                                 "reads the residual form only: train with --sampler-form residual to export")
-            s = a.sampler
-            arrays = {"fc1_weight": s.fc1.weight, "fc1_bias": s.fc1.bias, "norm_weight": s.norm.weight,
-                      "fc2_weight": s.fc2.weight, "fc2_bias": s.fc2.bias}
-            np.savez(folder / SAMPLER_FILE, eps=np.float32(s.norm.eps),
-                     **{k: v.detach().numpy().astype(np.float32) for k, v in arrays.items()})
+            np.savez(folder / SAMPLER_FILE, **sampler_arrays(a))
             extras["sampler_file"] = SAMPLER_FILE
+            extras["sampler_form"] = a.config.sampler_form
             unembed, table = a.decoder.lm_head.weight.detach(), a.decoder.model.embed_tokens.weight.detach()
             if torch.equal(unembed, table):
                 extras["unembedding"] = "embeddings"
@@ -100,3 +95,14 @@ class MtpExport:
         log.info("adapter: k=%d rank=%d sampler=%s (%d steps)", a.config.k, a.config.rank, a.sampler is not None,
                  self.payload["step"])
         return extras
+
+
+def sampler_arrays(adapter: MtpAdapter) -> dict[str, np.ndarray]:
+    """The sampler head's weights as the host side reads them (runtime/drafters/mtp_head.py), float32."""
+    s = adapter.sampler
+    norm = s.norm if adapter.config.sampler_form == "residual" else s.norm1
+    arrays = {"fc1_weight": s.fc1.weight, "fc1_bias": s.fc1.bias, "norm_weight": norm.weight,
+              "fc2_weight": s.fc2.weight, "fc2_bias": s.fc2.bias}
+    if adapter.config.sampler_form == "paper":
+        arrays["norm2_weight"] = s.norm2.weight
+    return {"eps": np.float32(norm.eps), **{k: v.detach().numpy().astype(np.float32) for k, v in arrays.items()}}

@@ -10,7 +10,7 @@ Three trainable parts on a frozen `Decoder`:
                          it starts as the plain mask logits and a few hundred CPU steps only learn a correction;
                paper     the paper's two blocks, norm(silu(W2 norm(silu(W1 [e; h])))): no skip path, so it
                          must learn the whole mapping; kept to be measured against the residual form by
-                         held-out τ (models/mtp_eval.py). The runtime does not read it yet.
+                         held-out τ (models/mtp_eval.py). Both forms export and decode.
 
 rank 0 and sampler off gives rung 0 of issue 6: learned mask embeddings alone, usable by the ESP drafter.
 

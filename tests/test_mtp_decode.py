@@ -32,6 +32,9 @@ def _random_adapter(model_dir, config: MtpConfig, seed: int = 0) -> MtpAdapter:
             module.lora_B.normal_(std=0.05)
         if adapter.sampler is not None:
             adapter.sampler.fc2.weight.normal_(std=0.05)
+            for name, param in adapter.sampler.named_parameters():
+                if "norm" in name:  # a port that drops a norm's weight shows
+                    param.uniform_(0.5, 1.5)
     return adapter
 
 
@@ -40,15 +43,16 @@ def mtp_bundle(tiny_model_dir, tmp_path_factory):
     """mtp_bundle(rank, sampler) -> (bundle folder, adapter) for the tiny llama."""
     made = {}
 
-    def make(rank: int = 4, sampler: bool = True):
-        if (rank, sampler) not in made:
-            folder = tmp_path_factory.mktemp(f"mtp_r{rank}_s{int(sampler)}")
-            adapter = _random_adapter(tiny_model_dir("llama"), MtpConfig(k=3, rank=rank, sampler=sampler))
+    def make(rank: int = 4, sampler: bool = True, form: str = "residual"):
+        if (rank, sampler, form) not in made:
+            folder = tmp_path_factory.mktemp(f"mtp_r{rank}_s{int(sampler)}_{form}")
+            adapter = _random_adapter(tiny_model_dir("llama"), MtpConfig(k=3, rank=rank, sampler=sampler,
+                                                                         sampler_form=form))
             save_checkpoint(folder / "adapter.pt", MtpTrainer(adapter, TrainConfig()), {"name": "tiny"}, {})
             config = ExportConfig(context=TINY_CONTEXT, prefill_width=TINY_PREFILL, decode_widths=TINY_DECODE_WIDTHS,
                                   mtp_adapter=str(folder / "adapter.pt"))
-            made[(rank, sampler)] = (export_bundle(tiny_model_dir("llama"), folder / "bundle", config), adapter)
-        return made[(rank, sampler)]
+            made[(rank, sampler, form)] = (export_bundle(tiny_model_dir("llama"), folder / "bundle", config), adapter)
+        return made[(rank, sampler, form)]
 
     return make
 
@@ -104,10 +108,12 @@ def test_adapter_graph_with_gate_one_matches_pytorch(mtp_bundle):
     np.testing.assert_allclose(no_gate.logits[0], out.logits[0], atol=1e-6, rtol=0)
 
 
-def test_host_sampler_head_matches_pytorch(mtp_bundle):
-    folder, adapter = mtp_bundle()
+@pytest.mark.parametrize("form", ["residual", "paper"])
+def test_host_sampler_head_matches_pytorch(mtp_bundle, form):
+    folder, adapter = mtp_bundle(form=form)
     engine = Engine.load(folder, threads=1)
     full = SamplerHead(engine, candidates=0)
+    assert full.form == form
     rng = np.random.default_rng(0)
     hidden = rng.standard_normal((3, engine.config.hidden_size)).astype(np.float32)
     prev = 17
@@ -142,6 +148,16 @@ def test_mtp_greedy_output_equals_plain_decoding(mtp_bundle, tiny_bundle, rank, 
         assert drafter.settings["sampler"] == sampler
         lookup_tries += drafter.lookup.rates.tries.sum() if options.get("lookup") else 1
     assert calls > 0 and lookup_tries > 0  # with lookup: its chains were really in the trees
+
+
+def test_mtp_with_the_papers_sampler_head_is_lossless(mtp_bundle, tiny_bundle):
+    folder, _ = mtp_bundle(form="paper")
+    engine, base = Engine.load(folder, threads=1), Engine.load(tiny_bundle("llama"), threads=1)
+    for prompt in PROMPTS:
+        plain = generate(base, prompt, max_new_tokens=40, stop_token_ids=set())
+        drafter = make_drafter("mtp", engine, candidates=0)
+        result = generate(engine, prompt, max_new_tokens=40, stop_token_ids=set(), drafter=drafter)
+        assert result.token_ids == plain.token_ids
 
 
 def test_esp_with_learned_masks_is_lossless(mtp_bundle, tiny_bundle):

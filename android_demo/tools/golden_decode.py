@@ -60,6 +60,8 @@ TINY_MTP_RECORDINGS = [("tiny_mtp_tree", "mtp", {"candidates": 8, "lookup": Fals
                        ("tiny_mtp_quadratic", "mtp", {"mtp_layout": "quadratic", "candidates": 0}, 200),
                        ("tiny_mtp_linear", "mtp", {"mtp_layout": "linear", "masks": 2, "candidates": 8}, 200),
                        ("tiny_mtp_hybrid", "hybrid", {}, 200)]
+# the paper's two-block sampler head (models/mtp_adapter.PaperSamplerHead), scored over the whole vocabulary
+TINY_MTP_PAPER_RECORDINGS = [("tiny_mtp_paper_tree", "mtp", {"candidates": 0, "lookup": False}, 200)]
 
 
 def drafter_recordings() -> list:
@@ -226,33 +228,36 @@ def copy_adapter_files(engine: Engine, model: str) -> None:
         log.info("copied %s (%d KB)", f"bundle_{model}/{name}", (folder / name).stat().st_size // 1024)
 
 
-def tiny_engine(folder: Path, adapter: bool = False) -> Engine:
-    """The seeded tiny LLaMA exported for a 64-position context; with `adapter`, with a random multi-token adapter."""
+def tiny_engine(folder: Path, sampler_form: str | None = None) -> Engine:
+    """The seeded tiny LLaMA exported for a 64-position context; with a `sampler_form`, with a random multi-token
+    adapter whose sampler head has that form."""
     from mtpedge.export.bundle_writer import ExportConfig, export_bundle
     from mtpedge.models.tiny import make_tiny_model
     model = make_tiny_model("llama", folder / "model", seed=0)
-    checkpoint = random_adapter(model, folder / "adapter.pt") if adapter else None
+    checkpoint = random_adapter(model, folder / "adapter.pt", sampler_form) if sampler_form else None
     config = ExportConfig(context=64, prefill_width=16, decode_widths=(1, 8, 16), check_parity=False,
                           mtp_adapter=checkpoint)
     return Engine.load(export_bundle(model, folder / "bundle", config), threads=1)
 
 
-def random_adapter(model: Path, path: Path) -> str:
+def random_adapter(model: Path, path: Path, sampler_form: str) -> str:
     """A seeded adapter (k = 3, LoRA rank 4, sampler head) with every part moved away from its initial value (the
-    sampler's norm too, so that a port that drops its weight shows)."""
+    sampler's norms too, so that a port that drops a norm's weight shows)."""
     import torch
     from mtpedge.models.loading import load_model
     from mtpedge.models.mtp_adapter import MtpAdapter, MtpConfig
     from mtpedge.models.mtp_training import MtpTrainer, TrainConfig, save_checkpoint
 
     torch.manual_seed(0)
-    adapter = MtpAdapter(load_model(model).decoder, MtpConfig(k=3, rank=4, sampler=True))
+    adapter = MtpAdapter(load_model(model).decoder, MtpConfig(k=3, rank=4, sampler=True, sampler_form=sampler_form))
     with torch.no_grad():
         adapter.masks.normal_()
         for module in adapter.lora.values():
             module.lora_B.normal_(std=0.05)
         adapter.sampler.fc2.weight.normal_(std=0.05)
-        adapter.sampler.norm.weight.uniform_(0.5, 1.5)
+        for name, param in adapter.sampler.named_parameters():
+            if "norm" in name:
+                param.uniform_(0.5, 1.5)
     save_checkpoint(path, MtpTrainer(adapter, TrainConfig()), {"name": "tiny"}, {})
     return str(path)
 
@@ -266,11 +271,12 @@ def write_all(bundle: str) -> None:
         names |= set(write_model(engine, "smollm2", RECORDINGS + drafter_recordings(), sparse=True))
     else:
         log.warning("no SmolLM2 bundle at %s: its recorded decodes are kept as they are", bundle)
-    for model, adapter, recordings in (("tiny", False, TINY_RECORDINGS + TINY_SIZED_RECORDINGS),
-                                       ("tiny_mtp", True, TINY_MTP_RECORDINGS)):
+    for model, sampler_form, recordings in (("tiny", None, TINY_RECORDINGS + TINY_SIZED_RECORDINGS),
+                                            ("tiny_mtp", "residual", TINY_MTP_RECORDINGS),
+                                            ("tiny_mtp_paper", "paper", TINY_MTP_PAPER_RECORDINGS)):
         with tempfile.TemporaryDirectory(prefix="mtpedge-golden-tiny-") as tmp:
             try:
-                engine = tiny_engine(Path(tmp), adapter)
+                engine = tiny_engine(Path(tmp), sampler_form)
             except ImportError as err:  # exporting needs torch (the export extras)
                 log.warning("cannot export the tiny model (%s missing): its recorded decodes are kept", err.name)
                 continue

@@ -1,9 +1,12 @@
 """The multi-token adapter's host side: learned mask embeddings and the sampler head, in numpy.
 
-The sampler head (models/mtp_adapter.SamplerHead) runs sequentially over the k masks of one owner:
-draft j comes from [embedding of draft j-1 (the root for j = 1); hidden state of mask j]:
+The sampler head (models/mtp_adapter.py) runs sequentially over the k masks of one owner: draft j comes from
+[embedding of draft j-1 (the root for j = 1); hidden state of mask j], in the form the adapter was trained in
+(extras["mtp"]["sampler_form"]):
 
-    h' = h + W2 rmsnorm(silu(W1 [e_prev; h] + b1)) + b2,    logits = U h'
+    residual  h' = h + W2 rmsnorm(silu(W1 [e_prev; h] + b1)) + b2
+    paper     h' = rmsnorm2(silu(W2 rmsnorm(silu(W1 [e_prev; h] + b1)) + b2))
+    logits = U h'
 
 Scoring all of U (vocab x hidden, 113 MB for SmolLM2) per mask is a memory-bound matrix-vector product;
 `candidates` > 0 scores only the top rows of the mask's plain logits (which the graph already computed),
@@ -49,6 +52,10 @@ def learned_masks(engine: Engine) -> np.ndarray:
     return masks
 
 
+def _silu(u: np.ndarray) -> np.ndarray:
+    return u / (1.0 + np.exp(-u))
+
+
 def _rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
 
@@ -60,10 +67,15 @@ class SamplerHead:
         extras = mtp_extras(engine)
         if not extras.get("sampler"):
             raise BundleError(f"the adapter of {engine.folder} has no sampler head (trained with --no-sampler)")
+        self.form = extras.get("sampler_form", "residual")
+        if self.form not in ("residual", "paper"):
+            raise BundleError(f"the sampler head of {engine.folder} has the form {self.form!r}, which this runtime "
+                              "does not know: update mtpedge or re-export with this version")
         with _load(engine, extras["sampler_file"]) as z:
             self.w1, self.b1 = z["fc1_weight"], z["fc1_bias"]
             self.norm, self.eps = z["norm_weight"], float(z["eps"])
             self.w2, self.b2 = z["fc2_weight"], z["fc2_bias"]
+            self.norm2 = z["norm2_weight"] if self.form == "paper" else None
         unembedding = extras.get("unembedding", "embeddings")
         self.unembed = engine.embeddings if unembedding == "embeddings" else np.load(
             engine.folder / unembedding, mmap_mode="r")
@@ -77,8 +89,9 @@ class SamplerHead:
         """The head's hidden state (m, hidden) after each of `prev_tokens` (m,) for one mask's hidden state."""
         x = np.concatenate([np.asarray(self.table[prev_tokens], dtype=np.float32),
                             np.broadcast_to(mask_hidden, (prev_tokens.shape[0], mask_hidden.shape[0]))], axis=1)
-        u = x @ self.w1.T + self.b1
-        u = _rms_norm(u / (1.0 + np.exp(-u)), self.norm, self.eps)  # SiLU (u * sigmoid(u)), then the norm
+        u = _rms_norm(_silu(x @ self.w1.T + self.b1), self.norm, self.eps)
+        if self.norm2 is not None:  # the paper's second block: no skip path
+            return _rms_norm(_silu(u @ self.w2.T + self.b2), self.norm2, self.eps)
         return mask_hidden + u @ self.w2.T + self.b2
 
     def shortlist(self, plain_logits: np.ndarray) -> np.ndarray | None:

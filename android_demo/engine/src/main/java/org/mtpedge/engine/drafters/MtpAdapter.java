@@ -75,7 +75,13 @@ public final class MtpAdapter {
                 JsonValues.stringField(extras, "sampler_file", "manifest.extras.mtp")));
         Object unembedding = extras.get("unembedding");
         String name = unembedding instanceof String ? (String) unembedding : "embeddings";
-        return new SamplerHead(weights, engine.embeddings,
+        Object form = extras.get("sampler_form");
+        boolean paper = "paper".equals(form);
+        if (form != null && !paper && !"residual".equals(form)) {
+            throw new BundleException("the sampler head has the form " + form + ", which this engine does not know: "
+                    + "update the app or re-export the bundle with its version of mtpedge");
+        }
+        return new SamplerHead(weights, paper, engine.embeddings,
                 name.equals("embeddings") ? engine.embeddings : org.mtpedge.engine.EmbeddingTable.open(path(engine, name)),
                 candidates);
     }

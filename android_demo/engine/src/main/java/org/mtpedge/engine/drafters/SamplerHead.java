@@ -9,10 +9,12 @@ import org.mtpedge.engine.Npy;
 
 /**
  * The adapter's trained sampler head on the host; port of {@code mtpedge.runtime.drafters.mtp_head.SamplerHead}.
- * Draft j comes from [embedding of draft j-1 (the root for j = 1); hidden state of mask j]:
+ * Draft j comes from [embedding of draft j-1 (the root for j = 1); hidden state of mask j], in the adapter's form:
  *
  * <pre>
- *   h' = h + W2 rmsnorm(silu(W1 [e_prev; h] + b1)) + b2,    logits = U h'
+ *   residual  h' = h + W2 rmsnorm(silu(W1 [e_prev; h] + b1)) + b2
+ *   paper     h' = rmsnorm2(silu(W2 rmsnorm(silu(W1 [e_prev; h] + b1)) + b2))
+ *   logits = U h'
  * </pre>
  *
  * With {@code candidates} &gt; 0 only the top rows of the mask's plain logits (which the graph already computed) are
@@ -25,13 +27,14 @@ public final class SamplerHead {
     private final double eps;
     private final float[] w2; // (hidden, inner)
     private final float[] b2;
+    private final float[] norm2; // the paper's second block; null in the residual form
     private final int hidden;
     private final int inner;
     private final Embeddings table;
     private final Embeddings unembed;
     private final int candidates;
 
-    SamplerHead(Map<String, Npy.Array> weights, Embeddings table, Embeddings unembed, int candidates) {
+    SamplerHead(Map<String, Npy.Array> weights, boolean paper, Embeddings table, Embeddings unembed, int candidates) {
         Npy.Array fc1 = weight(weights, "fc1_weight");
         Npy.Array fc2 = weight(weights, "fc2_weight");
         this.hidden = table.dim();
@@ -47,6 +50,7 @@ public final class SamplerHead {
         this.eps = weight(weights, "eps").data[0];
         this.w2 = fc2.data;
         this.b2 = weight(weights, "fc2_bias").data;
+        this.norm2 = paper ? weight(weights, "norm2_weight").data : null;
         this.table = table;
         this.unembed = unembed;
         this.candidates = candidates;
@@ -65,31 +69,49 @@ public final class SamplerHead {
         float[] x = new float[2 * hidden];
         table.copyRow(prevToken, x, 0);
         System.arraycopy(maskHidden, 0, x, hidden, hidden);
-        float[] u = new float[inner];
-        double squares = 0;
-        for (int i = 0; i < inner; i++) {
-            double acc = 0;
-            for (int j = 0; j < 2 * hidden; j++) {
-                acc += w1[i * 2 * hidden + j] * x[j];
-            }
-            float v = (float) acc + b1[i];
-            v = (float) (v / (1.0 + Math.exp(-v))); // SiLU
-            u[i] = v;
-            squares += (double) v * v;
+        float[] u = linear(w1, b1, x, inner);
+        silu(u);
+        rmsNorm(u, norm);
+        float[] out = linear(w2, b2, u, hidden);
+        if (norm2 != null) { // the paper's second block: no skip path
+            silu(out);
+            rmsNorm(out, norm2);
+            return out;
         }
-        float root = (float) Math.sqrt((float) ((float) (squares / inner) + (float) eps));
-        for (int j = 0; j < inner; j++) {
-            u[j] = u[j] / root * norm[j];
-        }
-        float[] out = new float[hidden];
         for (int i = 0; i < hidden; i++) {
-            double acc = 0;
-            for (int j = 0; j < inner; j++) {
-                acc += w2[i * inner + j] * u[j];
-            }
-            out[i] = maskHidden[i] + ((float) acc + b2[i]);
+            out[i] = maskHidden[i] + out[i];
         }
         return out;
+    }
+
+    /** w x + b for a (rows, x.length) row-major w, each dot product summed in double and rounded to float. */
+    private static float[] linear(float[] w, float[] b, float[] x, int rows) {
+        float[] y = new float[rows];
+        for (int i = 0; i < rows; i++) {
+            double acc = 0;
+            for (int j = 0; j < x.length; j++) {
+                acc += w[i * x.length + j] * x[j];
+            }
+            y[i] = (float) acc + b[i];
+        }
+        return y;
+    }
+
+    private static void silu(float[] v) {
+        for (int i = 0; i < v.length; i++) {
+            v[i] = (float) (v[i] / (1.0 + Math.exp(-v[i])));
+        }
+    }
+
+    private void rmsNorm(float[] v, float[] weight) {
+        double squares = 0;
+        for (float x : v) {
+            squares += (double) x * x;
+        }
+        float root = (float) Math.sqrt((float) ((float) (squares / v.length) + (float) eps));
+        for (int j = 0; j < v.length; j++) {
+            v[j] = v[j] / root * weight[j];
+        }
     }
 
     /** Ids of the top {@code candidates} plain logits, ascending (null: score the whole vocabulary). */
