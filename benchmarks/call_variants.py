@@ -7,6 +7,11 @@ Variants of the bundle's decode graph (width 1, the smallest context bucket by d
                 scale 1), instead of Reshape + ReduceSum
   attention-op  each layer's q.K, bias, Softmax, probabilities.V and their reshapes as one ONNX Attention
                 (opset 23; onnxruntime's CPU kernel)
+  bias-in-nbits (width 1 only) the block-minimum correction as MatMulNBits' bias input: the block sums and
+                their MatMul one-dimensional, so the Add after each weight product goes
+  no-attention  each layer's o_proj reads q_proj's output: the query side, q.K, Softmax, probabilities.V, the
+                cache scatter and every reshape between them dropped (wrong outputs): the most any fused
+                attention kernel saves
 Each variant's first-layer attention output and o_proj output are compared with the exported graph's on the
 same feeds (random caches, so the logits themselves are not comparable after 30 layers).
 
@@ -30,7 +35,8 @@ from onnx import helper, numpy_helper
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mtpedge.runtime.graphs import SESSION_DEFAULTS  # noqa: E402
 
-PROBES = ["/layers.0/self_attn/Reshape_7_output_0", "/layers.0/self_attn/o_proj/MatMul_output_0"]
+WRONG_OUTPUTS = ("no-minima", "no-attention")  # bounds, not candidates: their outputs are not compared
+PROBES = ["/layers.0/self_attn/Reshape_8_output_0", "/layers.0/self_attn/o_proj/MatMul_output_0"]
 
 
 def no_minima(model: onnx.ModelProto) -> None:
@@ -99,6 +105,88 @@ def attention_op(model: onnx.ModelProto) -> None:
     model.ir_version = max(model.ir_version, 10)
 
 
+def attention_3d(model: onnx.ModelProto) -> None:
+    """As attention-op, with the query kept as (batch, slots, hidden): no reshapes or transposes around it."""
+    by_name = {n.name: n for n in model.graph.node}
+    heads = numpy_helper.to_array(by_name["/layers.0/self_attn/Constant"].attribute[0].t)[2]
+    kv_heads = numpy_helper.to_array(by_name["/layers.0/self_attn/Constant_1"].attribute[0].t)[2]
+    replaced = {}
+    for layer in range(sum(1 for n in model.graph.node if n.op_type == "Softmax")):
+        prefix = f"/layers.{layer}/self_attn/"
+        scale = numpy_helper.to_array(by_name[by_name[prefix + "Mul_8"].input[1].removesuffix("_output_0")]
+                                      .attribute[0].t)
+        rotary = by_name[prefix + "Concat.rotary"]
+        last = by_name[prefix + "Reshape_8"]
+        replaced[last.name] = [
+            helper.make_node("RotaryEmbedding", [prefix + "q_proj/MatMul_output_0", *rotary.input[1:]],
+                             [prefix + "q_rotated"], name=prefix + "q_rotary", domain="com.microsoft",
+                             interleaved=0, num_heads=int(heads)),
+            helper.make_node("Attention", [prefix + "q_rotated", f"present_key_{layer}", f"present_value_{layer}",
+                                           "attention_bias"], list(last.output), name=prefix + "attention",
+                             scale=float(scale), q_num_heads=int(heads), kv_num_heads=int(kv_heads))]
+    _splice(model, replaced, set())
+    _drop_dead(model)
+    for opset in model.opset_import:
+        if opset.domain in ("", "ai.onnx"):
+            opset.version = 23
+    model.ir_version = max(model.ir_version, 10)
+
+
+def bias_in_nbits(model: onnx.ModelProto) -> None:
+    inits = {t.name: t for t in model.graph.initializer}
+    producer = {out: n for n in model.graph.node for out in n.output}
+    adds = {i: n for n in model.graph.node if n.op_type == "Add" for i in n.input}
+    replaced, dropped = {}, set()
+    for node in [n for n in model.graph.node if n.op_type == "MatMul" and n.name.endswith(".minima")]:
+        sums, offsets = node.input
+        reduce = producer[sums]
+        reshape = producer[reduce.input[0]]
+        add = adds[node.output[0]]
+        nbits = producer[add.input[0]]
+        n_sums = numpy_helper.to_array(inits[offsets]).shape[0]
+        shape = f"{reshape.name}.two_dims"
+        model.graph.initializer.append(numpy_helper.from_array(np.array([n_sums, -1], np.int64), shape))
+        replaced[reshape.name] = [helper.make_node("Reshape", [reshape.input[0], shape], list(reshape.output),
+                                                   name=reshape.name)]
+        replaced[nbits.name] = [helper.make_node(
+            "MatMulNBits", list(nbits.input[:3]) + ["", "", node.output[0]], list(add.output), name=nbits.name,
+            domain="com.microsoft", **{a.name: helper.get_attribute_value(a) for a in nbits.attribute})]
+        dropped.add(add.name)
+    # the minima MatMul must run before the weight product that now reads it
+    order = []
+    for n in model.graph.node:
+        if n.name in replaced and n.op_type == "MatMulNBits":
+            continue
+        order.append(n)
+        if n.op_type == "MatMul" and n.name.endswith(".minima"):
+            order.append(producer[adds[n.output[0]].input[0]])
+    del model.graph.node[:]
+    model.graph.node.extend(order)
+    _splice(model, replaced, dropped)
+
+
+def no_attention(model: onnx.ModelProto) -> None:
+    replaced = {}
+    for node in model.graph.node:
+        if node.name.endswith("/self_attn/Reshape_8"):
+            prefix = node.name.removesuffix("Reshape_8")
+            replaced[node.name] = [helper.make_node("Identity", [prefix + "q_proj/MatMul_output_0"],
+                                                    list(node.output), name=node.name)]
+    _splice(model, replaced, set())
+    _drop_dead(model)
+
+
+def _drop_dead(model: onnx.ModelProto) -> None:
+    """Leave out every node whose outputs no graph output needs."""
+    needed = {o.name for o in model.graph.output}
+    kept = []
+    for node in reversed(model.graph.node):
+        if any(out in needed for out in node.output):
+            kept.append(node)
+            needed |= set(node.input)
+    _set_nodes(model, kept[::-1])
+
+
 def _splice(model: onnx.ModelProto, replaced: dict[str, list[onnx.NodeProto]], dropped: set[str]) -> None:
     """Put each `replaced` node's new nodes in its place and leave out the `dropped` ones."""
     nodes = []
@@ -158,8 +246,12 @@ def main() -> None:
     exported = onnx.load(str(folder / args.graph))
     work = Path(tempfile.mkdtemp(prefix="call-variants-"))
     paths = {}
-    for name, change in [("exported", None), ("no-minima", no_minima), ("sums-in-nbits", sums_in_nbits),
-                         ("attention-op", attention_op)]:
+    variants = [("exported", None), ("no-minima", no_minima), ("sums-in-nbits", sums_in_nbits),
+                ("attention-op", attention_op),
+                ("attention-3d", attention_3d), ("bias-in-nbits", bias_in_nbits), ("no-attention", no_attention)]
+    if "_ar1_" not in args.graph:
+        variants.remove(("bias-in-nbits", bias_in_nbits))
+    for name, change in variants:
         model = onnx.ModelProto()
         model.CopyFrom(exported)
         if change:
@@ -168,7 +260,8 @@ def main() -> None:
         onnx.save(model, str(paths[name]))
     print(f"{folder.name}/{args.graph}, {args.threads} thread(s), {args.filled} positions filled, "
           f"load average {os.getloadavg()[0]:.2f}", flush=True)
-    checks = {name: session(path, args.threads, probes=True) for name, path in paths.items() if name != "no-minima"}
+    checks = {name: session(path, args.threads, probes=True) for name, path in paths.items()
+              if name not in WRONG_OUTPUTS}
     feeds = feeds_for(checks["exported"], args.filled)
     reference = checks["exported"].run(PROBES, feeds)
     for name, sess in checks.items():
