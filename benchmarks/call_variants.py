@@ -105,33 +105,6 @@ def attention_op(model: onnx.ModelProto) -> None:
     model.ir_version = max(model.ir_version, 10)
 
 
-def attention_3d(model: onnx.ModelProto) -> None:
-    """As attention-op, with the query kept as (batch, slots, hidden): no reshapes or transposes around it."""
-    by_name = {n.name: n for n in model.graph.node}
-    heads = numpy_helper.to_array(by_name["/layers.0/self_attn/Constant"].attribute[0].t)[2]
-    kv_heads = numpy_helper.to_array(by_name["/layers.0/self_attn/Constant_1"].attribute[0].t)[2]
-    replaced = {}
-    for layer in range(sum(1 for n in model.graph.node if n.op_type == "Softmax")):
-        prefix = f"/layers.{layer}/self_attn/"
-        scale = numpy_helper.to_array(by_name[by_name[prefix + "Mul_8"].input[1].removesuffix("_output_0")]
-                                      .attribute[0].t)
-        rotary = by_name[prefix + "Concat.rotary"]
-        last = by_name[prefix + "Reshape_8"]
-        replaced[last.name] = [
-            helper.make_node("RotaryEmbedding", [prefix + "q_proj/MatMul_output_0", *rotary.input[1:]],
-                             [prefix + "q_rotated"], name=prefix + "q_rotary", domain="com.microsoft",
-                             interleaved=0, num_heads=int(heads)),
-            helper.make_node("Attention", [prefix + "q_rotated", f"present_key_{layer}", f"present_value_{layer}",
-                                           "attention_bias"], list(last.output), name=prefix + "attention",
-                             scale=float(scale), q_num_heads=int(heads), kv_num_heads=int(kv_heads))]
-    _splice(model, replaced, set())
-    _drop_dead(model)
-    for opset in model.opset_import:
-        if opset.domain in ("", "ai.onnx"):
-            opset.version = 23
-    model.ir_version = max(model.ir_version, 10)
-
-
 def bias_in_nbits(model: onnx.ModelProto) -> None:
     inits = {t.name: t for t in model.graph.initializer}
     producer = {out: n for n in model.graph.node for out in n.output}
@@ -247,8 +220,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="call-variants-"))
     paths = {}
     variants = [("exported", None), ("no-minima", no_minima), ("sums-in-nbits", sums_in_nbits),
-                ("attention-op", attention_op),
-                ("attention-3d", attention_3d), ("bias-in-nbits", bias_in_nbits), ("no-attention", no_attention)]
+                ("attention-op", attention_op), ("bias-in-nbits", bias_in_nbits), ("no-attention", no_attention)]
     if "_ar1_" not in args.graph:
         variants.remove(("bias-in-nbits", bias_in_nbits))
     for name, change in variants:
