@@ -194,6 +194,23 @@ def test_mtp_drafter_refuses_bundles_without_an_adapter(tiny_bundle):
         engine.run_block(engine.embed([1, 2]), np.array([-1, 0]), np.array([0, 1], dtype=np.float32))
 
 
+def test_a_sampler_head_of_an_unknown_form_or_missing_weights_is_refused(mtp_bundle, tmp_path):
+    import shutil
+
+    from mtpedge.runtime.bundle import BundleError
+
+    folder = shutil.copytree(mtp_bundle(form="paper")[0], tmp_path / "bundle")
+    engine = Engine.load(folder, threads=1)
+    engine.manifest.extras["mtp"]["sampler_form"] = "deep"
+    with pytest.raises(BundleError, match="'deep'.*update mtpedge"):
+        SamplerHead(engine)
+    engine.manifest.extras["mtp"]["sampler_form"] = "paper"
+    with np.load(folder / "mtp_sampler.npz") as z:
+        np.savez(folder / "mtp_sampler.npz", **{k: z[k] for k in z.files if k != "norm2_weight"})
+    with pytest.raises(BundleError, match="lacks norm2_weight.*re-run"):
+        SamplerHead(engine)
+
+
 def test_mtp_drafter_checks_its_settings(mtp_bundle):
     engine = Engine.load(mtp_bundle()[0], threads=1)
     with pytest.raises(ValueError, match="k = 3"):

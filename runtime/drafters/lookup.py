@@ -7,7 +7,9 @@ r-th continuation is discounted by 1 / (r + 1)). A step without any match is a p
 The rates are kept per match class: the n-gram length that matched and whether the previous step accepted a
 lookup draft. A 3-gram match inside a copied passage is accepted far more often than a lone 1-gram match (on
 24 held-out answers, first drafts 0.76 against 0.23: benchmarks/results/fast/README.md section 24), and one
-rate for both made the cost-aware sizer draft the first too little and the second too much.
+rate for both made the cost-aware sizer draft the first too little and the second too much. Each class starts
+from those measured rates (MATCH_CLASS_PRIORS) rather than 0.5: τ +0.04-0.07 on the tuning questions
+(section 25).
 """
 
 from __future__ import annotations

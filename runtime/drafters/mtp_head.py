@@ -72,6 +72,11 @@ class SamplerHead:
             raise BundleError(f"the sampler head of {engine.folder} has the form {self.form!r}, which this runtime "
                               "does not know: update mtpedge or re-export with this version")
         with _load(engine, extras["sampler_file"]) as z:
+            needed = ["fc1_weight", "fc1_bias", "norm_weight", "fc2_weight", "fc2_bias", "eps"]
+            missing = [name for name in needed + ["norm2_weight"] * (self.form == "paper") if name not in z]
+            if missing:
+                raise BundleError(f"{extras['sampler_file']} in {engine.folder} lacks {', '.join(missing)} for a "
+                                  f"{self.form}-form head: re-run `mtpedge export --mtp-adapter ...`")
             self.w1, self.b1 = z["fc1_weight"], z["fc1_bias"]
             self.norm, self.eps = z["norm_weight"], float(z["eps"])
             self.w2, self.b2 = z["fc2_weight"], z["fc2_bias"]
