@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -59,6 +59,10 @@ class CostTable:
              ) -> CostTable:
         return cls({w: 1.0 for w in decode_widths(manifest)}, manifest.model_name, manifest.source_sha256,
                    manifest.context, device, "flat")
+
+    def with_seconds(self, seconds: dict[int, float]) -> CostTable:
+        """The same table (bundle, device, origin) with other seconds: a run's corrections (tree_sizing.CallCosts)."""
+        return replace(self, seconds=seconds)
 
     def cost(self, width: int) -> float:
         """Seconds of a call of the narrowest listed width that holds `width` slots."""

@@ -22,6 +22,12 @@ costs would never draft and never learn otherwise (it happened: results/fast sec
 in a whole bench run). `StepSizer` therefore explores: after `explore_every` steps in a row that had candidates
 but kept none, it keeps the best tree of at least one candidate once. Where drafts do not pay that costs one wider
 call in `explore_every` steps (a width-4 call at 1.87x a width-1 call, every 32nd step: under 3%).
+
+The cost table is measured once, at the full context, call after call in a tight loop; a run's calls see smaller
+context buckets, caches the host work between them has cooled, and the machine's load. On the fourteenth
+session's AMD EPYC the table read width-1 / 2 / 4 calls at 18.95 / 19.69 / 26.55 ms where a run's calls took
+20.0 / 21.9 / 29.7 (results/fast section 26): wide calls cost relatively more than the table said, so trees came
+out too wide. `StepSizer` therefore corrects the table by what the run's own calls cost (`CallCosts`).
 """
 
 from __future__ import annotations
@@ -91,6 +97,30 @@ def size_tree(scores: np.ndarray, costs: CostTable, slots_per_candidate: int = 1
     return best
 
 
+class CallCosts:
+    """The cost table, corrected by the calls a run makes: per width, a running mean of (call seconds / table
+    seconds), each call's ratio clipped to `bounds` so that one burst of load does not resize every tree. A width
+    not called yet takes the ratio of the nearest narrower width that was (1 if none): the causes (load, cold
+    caches, a smaller context bucket) reach every width. A flat table is not corrected: it is an assumption asked
+    for (`--cost-model flat`: trees fill the widest graph), not a measurement."""
+
+    def __init__(self, table: CostTable, decay: float = 0.9, bounds: tuple[float, float] = (0.5, 2.0)) -> None:
+        self.table, self.decay, self.bounds = table, decay, bounds
+        self.ratios: dict[int, float] = {}  # width -> running mean ratio, for the widths called so far
+        self.current = table
+
+    def observe(self, width: int, seconds: float) -> None:
+        if self.table.origin == "flat" or width not in self.table.seconds or not seconds > 0:
+            return
+        ratio = min(max(seconds / self.table.seconds[width], self.bounds[0]), self.bounds[1])
+        self.ratios[width] = self.decay * self.ratios.get(width, 1.0) + (1 - self.decay) * ratio
+        corrected, ratio = {}, 1.0
+        for w in sorted(self.table.seconds):
+            ratio = self.ratios.get(w, ratio)
+            corrected[w] = self.table.seconds[w] * ratio
+        self.current = self.table.with_seconds(corrected)
+
+
 class StepSizer:
     """A drafter's per-step sizing: the cost table, plus what the steps so far taught.
 
@@ -98,6 +128,7 @@ class StepSizer:
       from one `size` call to the next, so everything the loop does between two graph calls counts;
     - candidate scores are scaled by a calibration, (accepted drafts + prior) / (predicted drafts + prior),
       since a drafter's scores (a mask's softmax, Laplace-smoothed lookup rates) can be over- or underconfident;
+    - the table's seconds are corrected by the calls made so far (`CallCosts`);
     - predicted vs achieved tokens per second are kept for the run's stats;
     - after `explore_every` steps in a row that had candidates and kept none, one step keeps the best tree of at
       least one candidate (see the module docstring); 0 = never.
@@ -110,6 +141,7 @@ class StepSizer:
         if explore_every < 0:
             raise ValueError(f"explore_every is a number of steps >= 0 (0 = never explore), got {explore_every}")
         self.costs = costs
+        self.call_costs = CallCosts(costs)
         self.explore_every = explore_every
         self.idle_steps = 0  # steps in a row that had candidates and kept none
         self.explored = 0
@@ -120,6 +152,7 @@ class StepSizer:
         self.predicted_tokens = self.predicted_seconds = 0.0
         self.achieved_tokens, self.achieved_seconds, self.steps = 0, 0.0, 0
         self._pending_drafts = 0.0
+        self._pending_width: int | None = None  # the width the current step's `size` chose
         self._started: float | None = None  # when the current step's `size` ran
         self._observed: tuple[int, float] | None = None  # (accepted, graph seconds) of that step
 
@@ -134,23 +167,30 @@ class StepSizer:
         self._started, self._observed = now, None
         scores = np.asarray(scores, dtype=np.float64).reshape(-1)
         scaled = np.clip(scores * self.calibration, 0.0, 1.0)
-        size = size_tree(scaled, self.costs, slots_per_candidate, fixed_slots, self.host)
+        costs = self.call_costs.current
+        size = size_tree(scaled, costs, slots_per_candidate, fixed_slots, self.host)
         if size.candidates == 0 and scores.size and scores.max() > 0:
             self.idle_steps += 1
             if self.explore_every and self.idle_steps >= self.explore_every:
-                size = size_tree(scaled, self.costs, slots_per_candidate, fixed_slots, self.host, min_candidates=1)
+                size = size_tree(scaled, costs, slots_per_candidate, fixed_slots, self.host, min_candidates=1)
                 self.explored += size.candidates > 0
         if size.candidates:
             self.idle_steps = 0
         self._pending_drafts = float(np.sort(scores)[::-1][: size.candidates].sum())
+        self._pending_width = size.width
         self.predicted_tokens += size.expected_tokens
         self.predicted_seconds += size.seconds
         return size
 
     def observe(self, accepted: int, graph_seconds: float) -> None:
-        """accepted: drafts accepted this step; graph_seconds: its graph call."""
+        """accepted: drafts accepted this step; graph_seconds: its graph call. A step that was not sized (its
+        drafter called `size` only when there was room to draft) teaches the calibration and the call costs
+        nothing."""
         self.predicted_drafts += self._pending_drafts
         self.accepted_drafts += accepted
+        if self._pending_width is not None:
+            self.call_costs.observe(self._pending_width, graph_seconds)
+        self._pending_drafts, self._pending_width = 0.0, None
         self._observed = (accepted, graph_seconds)
 
     def _record_step(self, accepted: int, graph_seconds: float, step_seconds: float) -> None:
@@ -168,4 +208,5 @@ class StepSizer:
                                                                                 self.predicted_seconds),
                 "achieved_tokens_per_s": rate(self.achieved_tokens, self.achieved_seconds),
                 "score_calibration": round(self.calibration, 4), "host_s_per_step": round(self.host.fixed, 6),
+                "call_cost_ratios": {w: round(r, 4) for w, r in sorted(self.call_costs.ratios.items())},
                 "explored_steps": self.explored}

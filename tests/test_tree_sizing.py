@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -90,16 +91,17 @@ def test_step_sizer_learns_calibration_and_host_cost_and_reports_both_rates():
     now = [0.0]
     sizer = StepSizer(CPU, clock=lambda: now[0])
     scores = np.array([0.9, 0.9, 0.9])
-    assert sizer.size(scores).candidates == 3  # believed: three likely drafts pay for the width-4 call
+    size = sizer.size(scores)
+    assert size.candidates == 3  # believed: three likely drafts pay for the width-4 call
     for _ in range(20):  # but nothing is ever accepted, and the host takes 5 ms a step beside the call
-        graph = CPU.cost(4)
+        graph = CPU.cost(size.width)
         now[0] += graph + 0.005
         sizer.observe(0, graph)
         size = sizer.size(scores)
     assert sizer.calibration < 0.2 and sizer.host.fixed == pytest.approx(0.005)
     assert size.candidates == 0  # the overconfident drafter is sized down to plain calls
     stats = sizer.stats()
-    assert stats["achieved_tokens_per_s"] == pytest.approx(1 / (CPU.cost(4) + 0.005), abs=1e-3)
+    assert 1 / (CPU.cost(4) + 0.005) < stats["achieved_tokens_per_s"] < 1 / (CPU.cost(1) + 0.005)
     assert stats["predicted_tokens_per_s"] > stats["achieved_tokens_per_s"] and stats["cost_model"] == "test"
 
 
@@ -152,3 +154,53 @@ def test_a_negative_explore_every_is_refused(every):
 
     with pytest.raises(ValueError, match="explore_every"):
         StepSizer(CPU, explore_every=every)
+
+
+def test_a_run_whose_wide_calls_cost_more_than_the_table_says_shrinks_its_trees():
+    """The table is measured once in a tight loop; a run's wide calls cost relatively more (results/fast section
+    26). Sized from what the calls cost, three drafts of 0.3 stop paying for a width-4 call that takes 2.4x a
+    width-1 call, though the table says 1.2x."""
+    from mtpedge.runtime.tree_sizing import StepSizer
+
+    actual = {1: 0.010, 4: 0.024, 16: 0.040, 64: 0.100}
+    sizer = StepSizer(CPU, explore_every=0)
+    scores = np.array([0.3, 0.3, 0.3])
+    widths = []
+    for _ in range(30):
+        size = sizer.size(scores)
+        widths.append(size.width)
+        sizer.observe(1 if size.candidates else 0, actual[size.width])  # a third of the drafts accepted
+    assert widths[0] == 4 and widths[-1] == 1
+    assert sizer.call_costs.current.seconds[4] > 1.5 * CPU.seconds[4]
+    assert sizer.stats()["call_cost_ratios"][4] > 1.5
+
+
+def test_call_costs_follow_the_calls_made_clip_a_burst_and_carry_to_widths_not_called():
+    from mtpedge.runtime.tree_sizing import CallCosts
+
+    costs = CallCosts(CPU, decay=0.9)
+    costs.observe(4, 10 * CPU.seconds[4])  # one call in a burst of load: clipped to 2x before it counts
+    assert costs.ratios[4] == pytest.approx(0.9 + 0.1 * 2.0)
+    for _ in range(200):
+        costs.observe(1, 1.5 * CPU.seconds[1])
+    assert costs.current.seconds[1] == pytest.approx(1.5 * CPU.seconds[1])
+    assert costs.current.seconds[4] == pytest.approx(1.1 * CPU.seconds[4])  # called once: its own ratio
+    assert costs.current.seconds[16] == pytest.approx(1.1 * CPU.seconds[16])  # never called: the narrower one's
+    costs.observe(8, 1.0)  # a width the table lacks, and a call that took no time, teach nothing
+    costs.observe(1, 0.0)
+    assert sorted(costs.ratios) == [1, 4] and costs.current.origin == CPU.origin
+    flat = CallCosts(CostTable.flat(SimpleNamespace(graphs=[SimpleNamespace(kind="decode", width=w) for w in (1, 16)],
+                                                    model_name="m", source_sha256="0" * 64, context=64)))
+    flat.observe(16, 5.0)  # asked for, not measured: a flat table stays flat
+    assert flat.current.seconds == {1: 1.0, 16: 1.0} and not flat.ratios
+
+
+def test_a_step_that_was_not_sized_teaches_the_sizer_nothing():
+    from mtpedge.runtime.tree_sizing import StepSizer
+
+    sizer = StepSizer(CPU)
+    sizer.size(np.array([0.9]))
+    sizer.observe(1, CPU.seconds[4])
+    ratios, predicted = dict(sizer.call_costs.ratios), sizer.predicted_drafts
+    sizer.observe(0, 1.0)  # a step whose drafter had no room to draft: no size call before it
+    assert sizer.call_costs.ratios == ratios and sizer.predicted_drafts == predicted

@@ -16,8 +16,8 @@ TABLES = [{1: 1.0, 8: 1.0, 16: 1.0},  # flat: an NPU
           {1: 0.004, 4: 0.0041, 8: 0.009, 16: 0.0095, 32: 0.03}]
 
 
-def table(seconds: dict[int, float]) -> CostTable:
-    return CostTable(seconds, "golden", "0" * 64, 64, "golden", "golden")
+def table(seconds: dict[int, float], origin: str = "golden") -> CostTable:
+    return CostTable(seconds, "golden", "0" * 64, 64, "golden", origin)
 
 
 def size_json(size) -> dict:
@@ -51,10 +51,11 @@ def size_cases(rng: np.random.Generator) -> list:
 def sizer_runs(rng: np.random.Generator) -> list:
     """Whole StepSizer runs: each step sizes a candidate list at a scripted time, then observes its outcome."""
     runs = []
-    for seconds, explore_every in zip(TABLES, (32, 3, 5), strict=True):  # short runs: explore often enough to show
+    # short runs: explore often enough to show; the flat table is not corrected by the calls (CallCosts)
+    for seconds, explore_every, origin in zip(TABLES, (32, 3, 5), ("flat", "measured", "measured"), strict=True):
         times: list[float] = []
         now = 0.0
-        sizer = StepSizer(table(seconds), clock=lambda times=times: times[-1], explore_every=explore_every)
+        sizer = StepSizer(table(seconds, origin), clock=lambda times=times: times[-1], explore_every=explore_every)
         spc, fixed = int(rng.integers(1, 4)), int(rng.integers(1, 3))
         steps = []
         for _ in range(30):
@@ -66,8 +67,9 @@ def sizer_runs(rng: np.random.Generator) -> list:
             graph = float(rng.uniform(0.0005, 0.03))
             sizer.observe(accepted, graph)
             steps.append({"time": now, "scores": s.tolist(), "size": size_json(size), "accepted": accepted,
-                          "graph_seconds": graph, "calibration": sizer.calibration, "host_fixed": sizer.host.fixed})
-        runs.append({"seconds": {str(w): v for w, v in seconds.items()}, "explore_every": explore_every,
+                          "graph_seconds": graph, "calibration": sizer.calibration, "host_fixed": sizer.host.fixed,
+                          "call_seconds": {str(w): v for w, v in sizer.call_costs.current.seconds.items()}})
+        runs.append({"seconds": {str(w): v for w, v in seconds.items()}, "origin": origin, "explore_every": explore_every,
                      "explored_steps": sizer.explored, "slots_per_candidate": spc,
                      "fixed_slots": fixed, "steps": steps,
                      "predicted_tokens": sizer.predicted_tokens, "predicted_seconds": sizer.predicted_seconds,

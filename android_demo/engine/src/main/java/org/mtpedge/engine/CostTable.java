@@ -64,6 +64,11 @@ public final class CostTable {
         this.origin = origin;
     }
 
+    /** The same table (bundle, device, origin) with other seconds: a run's corrections ({@link CallCosts}). */
+    public CostTable withSeconds(Map<Integer, Double> corrected) {
+        return new CostTable(corrected, modelName, sourceSha256, context, device, origin);
+    }
+
     /** A cost table that cannot be read or does not belong to the bundle; the message names the fix. */
     public static final class CostTableException extends IllegalArgumentException {
         public CostTableException(String message) {

@@ -11,6 +11,7 @@ import java.util.function.DoubleSupplier;
  * <ul>
  *   <li>host seconds per step, a running mean of (step time - graph time), go into every choice; a step is timed
  *       from one {@link #size} call to the next;</li>
+ *   <li>the table's seconds are corrected by the calls made so far ({@link CallCosts});</li>
  *   <li>candidate scores are scaled by a calibration, (accepted drafts + prior) / (predicted drafts + prior);</li>
  *   <li>predicted vs achieved tokens per second are kept for the run's stats;</li>
  *   <li>after {@code exploreEvery} steps in a row that had candidates and kept none, one step keeps the best tree
@@ -20,6 +21,7 @@ import java.util.function.DoubleSupplier;
  */
 public final class StepSizer {
     private final CostTable costs;
+    private final CallCosts callCosts;
     private final double hostDecay;
     private DoubleSupplier clock;
     private TreeSizing.HostCost host = new TreeSizing.HostCost(0.0, 0.0);
@@ -31,6 +33,7 @@ public final class StepSizer {
     private double achievedSeconds;
     private int steps;
     private double pendingDrafts;
+    private int pendingWidth = -1; // the width the current step's size() chose; -1: not sized
     private Double started; // when the current step's size() ran
     private int observedAccepted = -1; // -1: the current step has not been observed yet
     private double observedGraphSeconds;
@@ -53,6 +56,7 @@ public final class StepSizer {
         }
         this.exploreEvery = exploreEvery;
         this.costs = costs;
+        this.callCosts = new CallCosts(costs);
         this.hostDecay = hostDecay;
         this.clock = clock;
         this.predictedDrafts = prior;
@@ -66,6 +70,10 @@ public final class StepSizer {
 
     public double calibration() {
         return acceptedDrafts / predictedDrafts;
+    }
+
+    public CallCosts callCosts() {
+        return callCosts;
     }
 
     public TreeSizing.HostCost host() {
@@ -84,7 +92,8 @@ public final class StepSizer {
         for (int i = 0; i < scores.length; i++) {
             scaled[i] = Math.min(1.0, Math.max(0.0, scores[i] * calibration));
         }
-        TreeSizing.TreeSize size = TreeSizing.sizeTree(scaled, costs, slotsPerCandidate, fixedSlots, host);
+        CostTable current = callCosts.current();
+        TreeSizing.TreeSize size = TreeSizing.sizeTree(scaled, current, slotsPerCandidate, fixedSlots, host);
         boolean anyPositive = false;
         for (double s : scores) {
             anyPositive |= s > 0;
@@ -92,7 +101,7 @@ public final class StepSizer {
         if (size.candidates == 0 && anyPositive) {
             idleSteps++;
             if (exploreEvery > 0 && idleSteps >= exploreEvery) {
-                size = TreeSizing.sizeTree(scaled, costs, slotsPerCandidate, fixedSlots, host, 1);
+                size = TreeSizing.sizeTree(scaled, current, slotsPerCandidate, fixedSlots, host, 1);
                 explored += size.candidates > 0 ? 1 : 0;
             }
         }
@@ -107,15 +116,24 @@ public final class StepSizer {
             best[best.length - 1 - i] = t;
         }
         pendingDrafts = NumpySum.sum(best, 0, size.candidates);
+        pendingWidth = size.width;
         predictedTokens += size.expectedTokens;
         predictedSeconds += size.seconds;
         return size;
     }
 
-    /** accepted: drafts accepted this step; graphSeconds: its graph call. */
+    /**
+     * accepted: drafts accepted this step; graphSeconds: its graph call. A step that was not sized teaches the
+     * calibration and the call costs nothing.
+     */
     public void observe(int accepted, double graphSeconds) {
         predictedDrafts += pendingDrafts;
         acceptedDrafts += accepted;
+        if (pendingWidth > 0) {
+            callCosts.observe(pendingWidth, graphSeconds);
+        }
+        pendingDrafts = 0.0;
+        pendingWidth = -1;
         observedAccepted = accepted;
         observedGraphSeconds = graphSeconds;
     }
@@ -137,6 +155,7 @@ public final class StepSizer {
         out.put("achieved_tokens_per_s", achievedSeconds > 0 ? achievedTokens / achievedSeconds : null);
         out.put("score_calibration", calibration());
         out.put("host_s_per_step", host.fixed);
+        out.put("call_cost_ratios", callCosts.ratios());
         out.put("explored_steps", explored);
         return out;
     }

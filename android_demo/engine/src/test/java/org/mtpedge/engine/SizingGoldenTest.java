@@ -15,7 +15,8 @@ public class SizingGoldenTest {
         for (Map.Entry<String, Object> e : Golden.object(c, "seconds").entrySet()) {
             seconds.put(Integer.parseInt(e.getKey()), JsonValues.doubleValue(e.getValue(), "seconds"));
         }
-        return new CostTable(seconds, "golden", "", 64, "golden", "golden");
+        String origin = c.containsKey("origin") ? JsonValues.stringField(c, "origin", "table") : "golden";
+        return new CostTable(seconds, "golden", "", 64, "golden", origin);
     }
 
     private static void checkSize(Map<String, Object> expected, TreeSizing.TreeSize actual, String what) {
@@ -36,7 +37,8 @@ public class SizingGoldenTest {
         }
     }
 
-    /** Whole runs: host seconds learnt from the (scripted) clock, score calibration, and every step's choice. */
+    /** Whole runs: host seconds learnt from the (scripted) clock, score calibration, the call costs corrected by the
+     * calls made, and every step's choice. */
     public void testStepSizerRunsMatchPython() {
         for (Map<String, Object> run : Golden.cases(golden, "step_sizer")) {
             double[] now = {0};
@@ -52,6 +54,11 @@ public class SizingGoldenTest {
                 sizer.observe(Golden.integer(s, "accepted"), Golden.number(s, "graph_seconds"));
                 Check.equal(Golden.number(s, "calibration"), sizer.calibration(), what + " calibration");
                 Check.equal(Golden.number(s, "host_fixed"), sizer.host().fixed, what + " host seconds");
+                for (Map.Entry<String, Object> e : Golden.object(s, "call_seconds").entrySet()) {
+                    Check.equal(JsonValues.doubleValue(e.getValue(), "call seconds"),
+                            sizer.callCosts().current().seconds.get(Integer.parseInt(e.getKey())),
+                            what + " corrected seconds of width " + e.getKey());
+                }
             }
             Map<String, Object> stats = sizer.stats();
             Check.equal(Golden.number(run, "predicted_tokens") / Golden.number(run, "predicted_seconds"),
