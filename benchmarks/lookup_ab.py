@@ -7,13 +7,15 @@ then `lookup` on each, and `lookup` variants beside it, per bundle:
   one-table       one acceptance table for every match (what lookup did before it kept rates per match class)
   uniform-priors  every match class starts at 0.5 worth 2 tries (before the measured priors)
   priors-xW       the measured priors worth W tries (runtime/drafters/lookup.py)
-Writes bench.json / bench.md. Figures: benchmarks/results/fast/README.md sections 24 and 25.
+  table-only      trees sized from the cost table alone, not corrected by the run's calls (tree_sizing.CallCosts)
+Writes bench.json / bench.md. Figures: benchmarks/results/fast/README.md sections 24-26.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from mtpedge.bench.methods import DrafterMethod
@@ -23,8 +25,10 @@ from mtpedge.bundles import cache_root
 from mtpedge.runtime.acceptance import DepthRates
 from mtpedge.runtime.cost_measure import cost_table_from_option
 from mtpedge.runtime.cost_table import decode_widths
+from mtpedge.runtime.drafters.base import Drafter
 from mtpedge.runtime.drafters.lookup import NgramSource
 from mtpedge.runtime.engine import Engine
+from mtpedge.runtime.tree_sizing import CallCosts
 
 
 class OneTable(NgramSource):
@@ -49,27 +53,45 @@ def weighted_priors(weight: float) -> type[NgramSource]:
     return Weighted
 
 
-def with_source(method: DrafterMethod, source_class: type[NgramSource]) -> DrafterMethod:
+class TableOnly(CallCosts):
+    def observe(self, width: int, seconds: float) -> None:
+        pass
+
+
+def with_change(method: DrafterMethod, change: Callable[[Drafter], None]) -> DrafterMethod:
     make = method._make
 
     def made():
         drafter = make()
-        s = drafter.source
-        drafter.source = source_class(s.max_ngram, s.min_ngram, s.length, s.branches)
+        change(drafter)
         return drafter
 
     method._make = made
     return method
 
 
-def variant_source(variant: str) -> type[NgramSource]:
+def source_change(source_class: type[NgramSource]) -> Callable[[Drafter], None]:
+    def change(drafter: Drafter) -> None:
+        s = drafter.source
+        drafter.source = source_class(s.max_ngram, s.min_ngram, s.length, s.branches)
+    return change
+
+
+def table_only(drafter: Drafter) -> None:
+    if drafter.sizer is not None:
+        drafter.sizer.call_costs = TableOnly(drafter.sizer.costs)
+
+
+def variant_change(variant: str) -> Callable[[Drafter], None]:
     if variant == "one-table":
-        return OneTable
+        return source_change(OneTable)
     if variant == "uniform-priors":
-        return UniformPriors
+        return source_change(UniformPriors)
     if variant.startswith("priors-x"):
-        return weighted_priors(float(variant.removeprefix("priors-x")))
-    raise SystemExit(f"unknown variant {variant!r}: one-table, uniform-priors or priors-xW")
+        return source_change(weighted_priors(float(variant.removeprefix("priors-x"))))
+    if variant == "table-only":
+        return table_only
+    raise SystemExit(f"unknown variant {variant!r}: one-table, uniform-priors, priors-xW or table-only")
 
 
 def main() -> int:
@@ -79,7 +101,8 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=1)
     parser.add_argument("--pick", default="between", help="first (the report set) | between (tuning) | spread")
     parser.add_argument("--time-limit", type=float)
-    parser.add_argument("--variants", default="", help="comma-separated: one-table, uniform-priors, priors-xW")
+    parser.add_argument("--variants", default="",
+                        help="comma-separated: one-table, uniform-priors, priors-xW, table-only")
     args = parser.parse_args()
     engines = []
     for folder in args.bundles:
@@ -90,8 +113,8 @@ def main() -> int:
     methods = [DrafterMethod(engines[0], "none", name="none")]
     for engine in engines:
         for variant in filter(None, args.variants.split(",")):
-            methods.append(with_source(DrafterMethod(engine, "lookup", name=f"lookup-{label(engine)}-{variant}"),
-                                       variant_source(variant)))
+            methods.append(with_change(DrafterMethod(engine, "lookup", name=f"lookup-{label(engine)}-{variant}"),
+                                       variant_change(variant)))
         methods.append(DrafterMethod(engine, "lookup", name=f"lookup-{label(engine)}"))
     settings = BenchSettings(bundle=args.bundles[0], questions=SPEC_BENCH, limit=args.limit, pick=args.pick,
                              max_new_tokens=128, methods=tuple(m.name for m in methods), threads=1, sweep=False,
