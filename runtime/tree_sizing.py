@@ -186,9 +186,9 @@ class StepSizer:
         """accepted: drafts accepted this step; graph_seconds: its graph call. A step that was not sized (its
         drafter called `size` only when there was room to draft) teaches the calibration and the call costs
         nothing."""
-        self.predicted_drafts += self._pending_drafts
-        self.accepted_drafts += accepted
         if self._pending_width is not None:
+            self.predicted_drafts += self._pending_drafts
+            self.accepted_drafts += accepted
             self.call_costs.observe(self._pending_width, graph_seconds)
         self._pending_drafts, self._pending_width = 0.0, None
         self._observed = (accepted, graph_seconds)

@@ -127,9 +127,9 @@ public final class StepSizer {
      * calibration and the call costs nothing.
      */
     public void observe(int accepted, double graphSeconds) {
-        predictedDrafts += pendingDrafts;
-        acceptedDrafts += accepted;
         if (pendingWidth > 0) {
+            predictedDrafts += pendingDrafts;
+            acceptedDrafts += accepted;
             callCosts.observe(pendingWidth, graphSeconds);
         }
         pendingDrafts = 0.0;
