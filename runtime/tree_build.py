@@ -172,6 +172,18 @@ def select_tree_scored(tokens: np.ndarray, parents: np.ndarray, scores: np.ndarr
     n = tokens.shape[0]
     if budget < 1:
         raise ValueError(f"a tree budget must be >= 1, got {budget}")
+    if (parents[1:] == np.arange(n - 1)).all():  # one chain (lookup's pool): its first `budget` nodes
+        keep = min(budget, n)
+        capped = np.minimum.accumulate(np.asarray(scores, dtype=np.float64))
+        return (tokens[:keep].astype(np.int64), np.arange(-1, keep - 1, dtype=np.int64),
+                np.arange(keep, dtype=np.int64), capped[:keep])
+    return _best_tree(tokens, parents, scores, budget)
+
+
+def _best_tree(tokens: np.ndarray, parents: np.ndarray, scores: np.ndarray, budget: int
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """select_tree_scored for any pool (a chain takes a shortcut there: the same tree, ~0.1 ms less a step)."""
+    n = tokens.shape[0]
     merged = np.arange(n)  # pool index -> representative pool index
     depth = node_depths(parents)  # a merged node has its representative's depth (they are siblings)
     score = np.asarray(scores, dtype=np.float64).copy()

@@ -95,6 +95,21 @@ def brute_select(tokens, parents, scores, budget):
     return {(tokens[i], depth[i]) for i in nodes}, nodes
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_a_chain_pool_takes_a_shortcut_to_the_same_tree(data):
+    """lookup's pool is one chain; its best tree is its first `budget` nodes, as the general selection finds."""
+    from mtpedge.runtime.tree_build import _best_tree
+
+    size = data.draw(st.integers(1, 12))
+    tokens = np.array([7] + [data.draw(st.integers(0, 3)) for _ in range(1, size)])
+    scores = np.array([1.0] + [data.draw(st.sampled_from([0.0, 0.1, 0.4, 0.8, 1.0])) for _ in range(1, size)])
+    parents, budget = np.arange(-1, size - 1), data.draw(st.integers(1, 14))
+    for fast, general in zip(select_tree_scored(tokens, parents, scores, budget),
+                             _best_tree(tokens, parents, scores, budget), strict=True):
+        assert fast.dtype == general.dtype and np.array_equal(fast, general)
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_select_tree_is_connected_best_and_chain_first(data):
