@@ -1,5 +1,6 @@
 package org.mtpedge.engine;
 
+import java.util.Collections;
 import java.util.Map;
 import java.util.TreeMap;
 
@@ -36,7 +37,7 @@ public final class CallCosts {
     }
 
     public Map<Integer, Double> ratios() {
-        return java.util.Collections.unmodifiableMap(ratios);
+        return Collections.unmodifiableMap(ratios);
     }
 
     public void observe(int width, double seconds) {
