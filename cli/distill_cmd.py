@@ -27,6 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shard-size", type=int, default=256, help="conversations per shard file (default 256)")
     parser.add_argument("--scale", type=float, default=1.0,
                         help="multiply every prompt count of the plan (e.g. 0.02 for a smoke run)")
+    parser.add_argument("--time-limit", type=float, default=0.0, metavar="SECONDS",
+                        help="start no new shard after this many seconds (the folder resumes; default 0: none)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the plan (shuffles, sampled share, math)")
     parser.add_argument("--exclude-questions", default=str(SPEC_BENCH),
                         help="question.jsonl whose turns no prompt may repeat or share 8 words with (default: the "
@@ -60,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     say(f"{loaded.name} on {device}, {args.threads} thread(s); batch {args.batch}, <= {args.max_new_tokens} new "
         f"tokens, top-{args.top_k}; ~{plan.expected_conversations} conversations into {args.out}")
     run = DistillRun(args.out, plan, generation, args.shard_size, loaded, spec_filter, str(device), say)
-    written = run.run()
-    say(f"done: {written} shards written by this run; {run.progress.answers} answers, "
-        f"{run.progress.tokens:,} response tokens in {args.out}")
+    written = run.run(time_limit=args.time_limit)
+    say(f"{'done' if run.complete else 'stopped'}: {written} shards written by this run; {run.progress.answers} "
+        f"answers, {run.progress.tokens:,} response tokens in {args.out}")
     return 0

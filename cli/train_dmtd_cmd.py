@@ -1,6 +1,6 @@
 """mtpedge train-dmtd --data DIR --out DIR [--decoding-layers D] [--thinking-layers M] [--rank R] [--taus 2,3,4]
-                    [--steps N] [--lr-horizon H] [--resume] [--heldout-questions question.jsonl] [--release-copy FILE]
-                    [--export-bundle BUNDLE_DIR]
+                    [--steps N] [--lr-horizon H] [--time-limit S] [--resume] [--heldout-questions question.jsonl]
+                    [--release-copy FILE] [--export-bundle BUNDLE_DIR]
 
 Trains a DMTD model (models/dmtd.py: LoRA copies of the base's last M + D layers under the cyclic gate,
 distilled from the base's own top-k; the base model stays as it is), writing DIR/dmtd.pt every
@@ -34,6 +34,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="step at which the cosine reaches 10%% of --lr (default: --steps of a new run; on "
                              "--resume the checkpoint's own). Stated on --resume, it replaces the checkpoint's: "
                              "the only way to train a finished run on at more than its floor rate")
+    parser.add_argument("--time-limit", type=float, default=0.0, metavar="SECONDS",
+                        help="stop after this many seconds of training (evaluations and earlier sessions of a resumed "
+                             "run included), with the cosine laid over them instead of the step horizon; --steps "
+                             "stays the upper bound (default 0: none)")
     parser.add_argument("--max-len", type=int, default=384, help="tokens per training sequence (default 384)")
     parser.add_argument("--checkpoint-every", type=int, default=100, help="steps between checkpoints (default 100)")
     parser.add_argument("--eval-every", type=int, default=250,
@@ -64,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     model = DmtdConfig(decoding_layers=args.decoding_layers, thinking_layers=args.thinking_layers,
                        lora_rank=args.rank, lora_alpha=float(args.rank))
     settings = TrainSettings(model=model, taus=args.taus, steps=args.steps, lr=args.lr, lr_horizon=args.lr_horizon,
-                             max_len=args.max_len,
+                             max_len=args.max_len, time_limit=args.time_limit,
                              checkpoint_every=args.checkpoint_every, eval_every=args.eval_every)
     out = Path(args.out)
     loaded = load_model(args.model)

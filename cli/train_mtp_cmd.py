@@ -6,7 +6,8 @@ learned mask embeddings alone; `--lcm-weight 0` drops the consistency loss; `--s
 paper's head; `--teacher-weight w` distils from the stored teacher top-k. With --heldout-questions (Spec-Bench's
 question.jsonl) held-out τ is measured every --eval-every steps on questions 5-6 of each category
 (models/mtp_eval.py). The checkpoint is rewritten every --checkpoint-every steps; --resume continues it up to
---steps. Then `mtpedge export --mtp-adapter ADAPTER.pt` (see export_mtp) writes a bundle with the adapter.
+--steps, or for --time-limit seconds (the same command fits a GPU lent for minutes or a CPU for hours). Then
+`mtpedge export --mtp-adapter ADAPTER.pt` (see export_mtp) writes a bundle with the adapter.
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--cosine-steps", type=int, default=0,
                         help="decay the learning rate along a cosine to 10%% at this step (default 0: constant)")
+    parser.add_argument("--time-limit", type=float, default=0.0, metavar="SECONDS",
+                        help="stop after this many seconds of training (evaluations and earlier sessions of a resumed "
+                             "run included), with the cosine laid over them instead of --cosine-steps; --steps "
+                             "stays the upper bound (default 0: none)")
     parser.add_argument("--max-seq-len", type=int, default=256, help="tokens per sample (prompt cut from the left)")
     parser.add_argument("--max-blocks", type=int, default=48, help="mask blocks (owner tokens) per step")
     parser.add_argument("--lcm-weight", type=float, default=1.0, help="weight of the latent consistency loss")
@@ -84,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     train_config = TrainConfig(steps=args.steps, lr=args.lr, warmup=args.warmup, max_seq_len=args.max_seq_len,
                                max_blocks=args.max_blocks, lcm_weight=args.lcm_weight, seed=args.seed,
                                checkpoint_every=args.checkpoint_every, cosine_steps=args.cosine_steps,
-                               teacher_weight=args.teacher_weight,
+                               teacher_weight=args.teacher_weight, time_limit=args.time_limit,
                                eval_every=args.eval_every if args.heldout_questions else 0)
     loaded.decoder.to(device)
     adapter = MtpAdapter(loaded.decoder, mtp_config)

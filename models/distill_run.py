@@ -194,9 +194,12 @@ class DistillRun:
         return list(self.model.tokenizer.apply_chat_template(conv.as_messages(), add_generation_prompt=True,
                                                              tokenize=True, return_dict=False))
 
-    def run(self, stop_after_shards: int | None = None) -> int:
-        """Generate every missing shard; returns how many shards this call wrote. stop_after_shards ends the
-        call early (as an interruption would)."""
+    def run(self, stop_after_shards: int | None = None, time_limit: float = 0.0) -> int:
+        """Generate every missing shard; returns how many shards this call wrote, and sets `complete` when none is
+        left. stop_after_shards ends the call early (as an interruption would); so does time_limit > 0, before
+        the first shard it would start past that many seconds (the folder resumes where it stopped)."""
+        started = time.perf_counter()
+        self.complete = False
         self._check_settings()
         earlier: dict[str, StageData] = {}
         written = 0
@@ -214,6 +217,9 @@ class DistillRun:
                                          "shards from that one on, or choose another --out")
                 elif stop_after_shards is not None and written >= stop_after_shards:
                     return written
+                elif time_limit and time.perf_counter() - started >= time_limit:
+                    self.say(f"time limit of {time_limit:.0f} s reached before {path.name}: the same command goes on")
+                    return written
                 else:
                     self._generate_shard(path, shard, f"{stage} shard {index + 1}/{len(shards)}")
                     written += 1
@@ -225,6 +231,7 @@ class DistillRun:
                                  for s in samples]
                 self.progress.add_existing(path.name, samples)
             earlier[stage] = data
+        self.complete = True
         return written
 
     def _generate_shard(self, path: Path, shard: list[Conversation], label: str) -> None:

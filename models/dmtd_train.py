@@ -31,7 +31,7 @@ from .distill_data import DistillSample, load_distill_data
 from .dmtd import DmtdConfig, DmtdModel, dmtd_hidden, draft_windows, tapped_states
 from .loading import LoadedModel
 from .mtp_training import sample_tokens, soft_cross_entropy
-from .schedule import learning_rate
+from .schedule import TrainingClock, learning_rate
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +57,15 @@ class TrainSettings:
     eval_every: int = 250  # held-out figures (models/dmtd_eval.py; 0: never)
     reload_every: int = 50  # steps between checks whether the data folder has grown
     cache_gb: float = 2.0  # tapped states kept in memory
+    # > 0: stop after this many seconds of training (resumed sessions included), the cosine laid over them
+    # instead of over the step horizon (schedule.TrainingClock); steps stays the upper bound
+    time_limit: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.taus or min(self.taus) < 2:
             raise ValueError(f"--taus must be cycle lengths >= 2, got {self.taus}")
-        if self.steps < 0 or self.max_len < 8 or self.lr <= 0 or self.lr_horizon < 0:
-            raise ValueError("--steps and --lr-horizon must be >= 0, --max-len >= 8 and --lr > 0")
+        if self.steps < 0 or self.max_len < 8 or self.lr <= 0 or self.lr_horizon < 0 or self.time_limit < 0:
+            raise ValueError("--steps, --lr-horizon and --time-limit must be >= 0, --max-len >= 8 and --lr > 0")
 
     def to_dict(self) -> dict:
         return {**dataclasses.asdict(self), "model": self.model.to_dict(), "taus": list(self.taus)}
@@ -138,12 +141,13 @@ def gated_loss(decoder: Decoder, model: DmtdModel, tokens: np.ndarray, prompt_le
 
 def save_checkpoint(path: Path, model: DmtdModel, optimizer, step: int, settings: TrainSettings,
                     loaded: LoadedModel, history: list, heldout: list, data_tokens: int,
-                    frequent_tokens: np.ndarray, lr_horizon: int) -> None:
+                    frequent_tokens: np.ndarray, lr_horizon: int, trained_seconds: float = 0.0) -> None:
     """frequent_tokens: the training answers' tokens, most frequent first (the export's drafting shortlist);
-    lr_horizon: the schedule's horizon, the --steps of the run's first session (kept on resume)."""
+    lr_horizon: the schedule's horizon, the --steps of the run's first session (kept on resume);
+    trained_seconds: training time of every session so far (a time-limited run's clock)."""
     write_checkpoint({"kind": "dmtd", "dmtd": model.trainable_state(), "config": model.config.to_dict(),
                       "optimizer": optimizer.state_dict() if optimizer is not None else None, "step": step,
-                      "lr_horizon": lr_horizon,
+                      "lr_horizon": lr_horizon, "trained_seconds": round(trained_seconds, 1),
                       "settings": settings.to_dict(), "base_sha256": loaded.source_sha256, "base_name": loaded.name,
                       "history": history, "heldout": heldout, "data_tokens": data_tokens,
                       "frequent_tokens": torch.from_numpy(np.asarray(frequent_tokens, dtype=np.int32))}, path)
@@ -190,6 +194,7 @@ class _Run:
     step: int = 0
     history: list = field(default_factory=list)
     heldout: list = field(default_factory=list)
+    trained_seconds: float = 0.0  # earlier sessions' training time (schedule.TrainingClock)
 
 
 def _start_or_resume(loaded: LoadedModel, ckpt: Path, settings: TrainSettings, resume: bool,
@@ -215,7 +220,8 @@ def _start_or_resume(loaded: LoadedModel, ckpt: Path, settings: TrainSettings, r
         say(f"learning-rate horizon {horizon} -> {settings.lr_horizon}: the rate at step {step} goes from "
             f"{before:.1e} to {after:.1e}, then along the new cosine")
         horizon = settings.lr_horizon
-    return _Run(model, horizon, state["optimizer"], step, list(state["history"]), list(state.get("heldout", [])))
+    return _Run(model, horizon, state["optimizer"], step, list(state["history"]), list(state.get("heldout", [])),
+                float(state.get("trained_seconds", 0.0)))
 
 
 def _draw(stream: DistillStream, settings: TrainSettings, step: int) -> tuple[np.ndarray, int, DistillSample, int, int]:
@@ -245,7 +251,8 @@ def train_dmtd(loaded: LoadedModel, data: Path, out_dir: Path, settings: TrainSe
                evaluate: Callable[[DmtdModel], dict] | None = None) -> Path:
     """Train (or resume) a DMTD model; returns the checkpoint path (written every checkpoint_every steps).
 
-    stop_at ends this run early at that step (as an interruption would), keeping the schedule of `steps`.
+    stop_at ends this run early at that step (as an interruption would), keeping the schedule of `steps`;
+    settings.time_limit ends it at the first step past that many seconds of training, as planned.
     evaluate(model) -> figures runs every eval_every steps and at the end; they go to the checkpoint's `heldout`.
     """
     say = progress or log.info
@@ -266,15 +273,17 @@ def train_dmtd(loaded: LoadedModel, data: Path, out_dir: Path, settings: TrainSe
         f"{settings.taus}, on {len(stream.samples)} answers ({stream.tokens:,} tokens)")
     started, tokens_done, steps_run, ema = time.perf_counter(), 0, 0, None
     last = settings.steps if stop_at is None else min(stop_at, settings.steps)
+    clock = TrainingClock(settings.time_limit, run.trained_seconds)
+    timed_out = clock.out_of_time()
 
     def rate(at: int) -> float:
-        return learning_rate(at, settings.lr, settings.warmup, run.lr_horizon)
+        return learning_rate(at, settings.lr, settings.warmup, run.lr_horizon, clock.progress())
 
     def save() -> None:
         save_checkpoint(ckpt, model, optimizer, step, settings, loaded, run.history, run.heldout, stream.tokens,
-                        stream.frequent_tokens, run.lr_horizon)
+                        stream.frequent_tokens, run.lr_horizon, clock.seconds())
 
-    while step < last:
+    while step < last and not timed_out:
         if settings.reload_every and step % settings.reload_every == 0 and step and stream.refresh():
             say(f"step {step}: data now {len(stream.samples)} answers ({stream.tokens:,} tokens)")
         tokens, prompt_len, sample, tau, anchor = _draw(stream, settings, step)
@@ -285,18 +294,25 @@ def train_dmtd(loaded: LoadedModel, data: Path, out_dir: Path, settings: TrainSe
         step, steps_run, tokens_done = step + 1, steps_run + 1, tokens_done + tokens.size
         ema = value if ema is None else 0.98 * ema + 0.02 * value
         run.history.append([step, round(value, 4), tau])
-        if step % 10 == 0 or step == last:
+        timed_out = clock.out_of_time()
+        if step % 10 == 0 or step == last or timed_out:
             elapsed = time.perf_counter() - started
+            left = (last - step) * elapsed / steps_run
+            if settings.time_limit:
+                left = min(left, max(0.0, settings.time_limit - clock.seconds()))
             say(f"step {step}/{settings.steps} loss {ema:.3f} lr {rate(step):.1e} "
-                f"{tokens_done / elapsed:.0f} tok/s, ~{(last - step) * elapsed / steps_run / 60:.0f} min left")
+                f"{tokens_done / elapsed:.0f} tok/s, ~{left / 60:.0f} min left")
         if evaluate is not None and settings.eval_every and (step % settings.eval_every == 0 or step == settings.steps):
             figures = {"step": step, **evaluate(model)}
             run.heldout.append(figures)
             say("held-out " + " ".join(f"{k} {v}" for k, v in figures.items()))
-        if step % settings.checkpoint_every == 0 or step == last:
+        if step % settings.checkpoint_every == 0 or step == last or timed_out:
             save()
-    if evaluate is not None and step == settings.steps and (not run.heldout or run.heldout[-1]["step"] != step):
-        # a run cut short and resumed with --steps at the step it reached: its final figures
+    if timed_out and steps_run:
+        say(f"time limit: {clock.seconds():.0f} s of training reached at step {step}")
+    final = step == settings.steps or timed_out
+    if evaluate is not None and final and (not run.heldout or run.heldout[-1]["step"] != step):
+        # the end of a time-limited run, or a run cut short and resumed with --steps at the step it reached
         run.heldout.append({"step": step, **evaluate(model)})
         say("held-out " + " ".join(f"{k} {v}" for k, v in run.heldout[-1].items()))
         save()

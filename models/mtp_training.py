@@ -36,7 +36,7 @@ from .checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 from .distill_data import DistillSample
 from .mtp_adapter import MtpAdapter, MtpConfig
 from .mtp_layout import IGNORE, block_owners, causal_bias, mask_block_layout
-from .schedule import learning_rate
+from .schedule import TrainingClock, learning_rate
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +58,15 @@ class TrainConfig:
     cosine_steps: int = 0  # > 0: cosine decay of the learning rate to 10% at this step (then flat); 0: constant
     teacher_weight: float = 0.0  # share of the CE taken against the stored teacher top-k (0: hard labels only)
     eval_every: int = 0  # steps between held-out evaluations (0: none)
+    # > 0: stop after this many seconds of training (resumed sessions included) and lay the cosine over them
+    # instead of over cosine_steps (schedule.TrainingClock); steps stays the upper bound
+    time_limit: float = 0.0
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.max_blocks < 1 or self.max_seq_len < 4:
             raise ValueError("steps and max_blocks must be >= 1 and max_seq_len >= 4")
+        if self.time_limit < 0:
+            raise ValueError(f"time_limit must be >= 0 seconds (0: none), got {self.time_limit}")
         if self.lr <= 0:
             raise ValueError(f"the learning rate must be > 0, got {self.lr}")
         if not 0.0 <= self.teacher_weight <= 1.0:
@@ -106,6 +111,7 @@ class MtpTrainer:
         self.step = 0
         self.history: list[dict] = []
         self.heldout: list[dict] = []  # {"step": s, **evaluation} every eval_every steps
+        self.clock = TrainingClock(config.time_limit)
         self._cache: dict[int, BasePass] = {}
         self._cache_bytes = 0
 
@@ -136,8 +142,10 @@ class MtpTrainer:
         return result
 
     def lr_at(self, step: int) -> float:
-        # a fixed horizon (not --steps) so that a resumed run longer than planned keeps the same schedule
-        return learning_rate(step, self.config.lr, self.config.warmup, self.config.cosine_steps)
+        # a fixed horizon (not --steps) so that a resumed run longer than planned keeps the same schedule; a
+        # time-limited run's cosine follows its clock
+        return learning_rate(step, self.config.lr, self.config.warmup, self.config.cosine_steps,
+                             self.clock.progress())
 
     def _ce(self, logits: torch.Tensor, targets: torch.Tensor, teacher: tuple | None) -> torch.Tensor:
         hard = F.cross_entropy(logits, targets)
@@ -219,7 +227,7 @@ def save_checkpoint(path: Path, trainer: MtpTrainer, base_info: dict, data_info:
         "mtp_config": trainer.adapter.config.to_dict(), "train_config": asdict(trainer.config),
         "base": base_info, "data": data_info, "step": trainer.step,
         "state": trainer.adapter.trainable_state(), "optimizer": trainer.optimizer.state_dict(),
-        "history": trainer.history, "heldout": trainer.heldout,
+        "history": trainer.history, "heldout": trainer.heldout, "trained_seconds": round(trainer.clock.seconds(), 1),
     }
     write_checkpoint(payload, path)
 
@@ -268,7 +276,8 @@ def adapter_from_checkpoint(decoder, payload: dict) -> MtpAdapter:
 def train(adapter: MtpAdapter, samples: list, config: TrainConfig, checkpoint: Path, base_info: dict,
           data_info: dict, resume: dict | None = None, progress: Callable[[dict], None] | None = None,
           evaluate: Callable[[MtpAdapter], dict] | None = None) -> MtpTrainer:
-    """Run `config.steps` steps in total (continuing a resumed checkpoint), checkpointing as it goes.
+    """Run `config.steps` steps in total (continuing a resumed checkpoint), or until `config.time_limit` seconds of
+    training have passed, checkpointing as it goes.
 
     evaluate(adapter) -> metrics runs every `config.eval_every` steps and at the last step (no gradients); its
     results go to the trainer's `heldout` list (and the checkpoint), and to `progress` as {"heldout": ...}.
@@ -287,27 +296,30 @@ def train(adapter: MtpAdapter, samples: list, config: TrainConfig, checkpoint: P
         trainer.optimizer.load_state_dict(resume["optimizer"])
         trainer.step, trainer.history = resume["step"], list(resume["history"])
         trainer.heldout = list(resume.get("heldout", []))
+        trainer.clock = TrainingClock(config.time_limit, float(resume.get("trained_seconds", 0.0)))
     order_rng = np.random.default_rng(config.seed)
     order = order_rng.permutation(len(samples))
-    while trainer.step < config.steps:
+    done = trainer.step >= config.steps or trainer.clock.out_of_time()
+    while not done:
         index = int(order[trainer.step % len(samples)])
         metrics = trainer.train_step(index, samples[index])
-        if not metrics:
+        if not metrics:  # no room for a mask block in this sample: the step passes without an update
             trainer.step += 1
-            continue
-        if not all(math.isfinite(v) for v in metrics.values() if isinstance(v, float)):
-            raise FloatingPointError(f"non-finite loss at step {trainer.step}: {metrics}; lower --lr")
-        trainer.history.append(metrics)
-        if progress:
-            progress(metrics)
-        due = config.eval_every and (trainer.step % config.eval_every == 0 or trainer.step == config.steps)
+        done = trainer.step >= config.steps or trainer.clock.out_of_time()
+        if metrics:
+            if not all(math.isfinite(v) for v in metrics.values() if isinstance(v, float)):
+                raise FloatingPointError(f"non-finite loss at step {trainer.step}: {metrics}; lower --lr")
+            trainer.history.append(metrics)
+            if progress:
+                progress(metrics)
+        due = config.eval_every and (trainer.step % config.eval_every == 0 or done)
         if evaluate is not None and due:
             with torch.no_grad():
                 result = {"step": trainer.step, **evaluate(adapter)}
             trainer.heldout.append(result)
             if progress:
                 progress({"heldout": result})
-        if trainer.step % config.checkpoint_every == 0 or trainer.step == config.steps:
+        if trainer.step % config.checkpoint_every == 0 or done:
             save_checkpoint(checkpoint, trainer, base_info, data_info)
     return trainer
 

@@ -181,3 +181,30 @@ def test_a_run_cut_short_gets_its_final_figures_when_resumed_at_the_step_it_reac
     assert state["step"] == 3 and [h["step"] for h in state["heldout"]] == [2, 3]
     train_dmtd(tiny_loaded, tiny_data, tmp_path, ended, resume=True, evaluate=evaluate)  # nothing new to measure
     assert len(calls) == 2
+
+
+def test_a_time_limited_run_stops_at_its_limit_with_its_final_figures(tiny_loaded, tiny_data, tmp_path, monkeypatch):
+    from mtpedge.models import dmtd_train, schedule
+
+    class FakeTime:
+        now = 0.0
+
+        def perf_counter(self) -> float:
+            return self.now
+
+    clock = FakeTime()
+    monkeypatch.setattr(schedule, "time", clock)
+    optimise = dmtd_train._optimise
+
+    def step_taking_a_second(*args):
+        clock.now += 1.0
+        return optimise(*args)
+
+    monkeypatch.setattr(dmtd_train, "_optimise", step_taking_a_second)
+    settings = TrainSettings(model=CONFIG, steps=50, lr=3e-3, warmup=1, checkpoint_every=40, eval_every=40,
+                             time_limit=3.0)
+    _, state = load_dmtd(train_dmtd(tiny_loaded, tiny_data, tmp_path, settings, evaluate=lambda m: {"figure": 1.0}),
+                         tiny_loaded)
+    assert state["step"] == 3 and state["trained_seconds"] == 3.0
+    assert [h["step"] for h in state["heldout"]] == [3]  # the end of a time-limited run is measured
+    assert state["optimizer"]["param_groups"][0]["lr"] == pytest.approx(learning_rate(2, 3e-3, 1, 50, 2 / 3))

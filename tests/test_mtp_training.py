@@ -186,3 +186,50 @@ def test_start_from_loads_a_release_copy_and_refuses_another_config_or_base(tiny
                    loaded.source_sha256)
     with pytest.raises(ValueError, match="not on this base model"):
         start_from(fresh, release, "another")
+
+
+class FakeTime:
+    """A stand-in for the `time` module of models/schedule.py: seconds pass only when a test says so."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+def test_a_time_limited_run_stops_at_its_limit_with_the_cosine_laid_over_its_time(tiny_model_dir, tmp_path,
+                                                                                    monkeypatch):
+    from mtpedge.models import schedule
+    from mtpedge.models.loading import load_model
+    from mtpedge.models.schedule import learning_rate
+
+    clock = FakeTime()
+    monkeypatch.setattr(schedule, "time", clock)
+    one_step = MtpTrainer.train_step
+
+    def step_taking_a_second(self, index, sample):
+        metrics = one_step(self, index, sample)  # its rate is set as it starts
+        clock.now += 1.0
+        return metrics
+
+    monkeypatch.setattr(MtpTrainer, "train_step", step_taking_a_second)
+    config = TrainConfig(steps=100, lr=1e-2, warmup=1, max_blocks=8, checkpoint_every=50, cosine_steps=1000,
+                         time_limit=5.0)
+    info = {"name": "tiny"}
+
+    def fresh():
+        return MtpAdapter(load_model(tiny_model_dir("llama")).decoder, MtpConfig(k=2, rank=4))
+
+    samples = _samples(fresh().decoder.cfg.vocab_size, 2)
+    trainer = train(fresh(), samples, config, tmp_path / "a.pt", info, info)
+    saved = load_checkpoint(tmp_path / "a.pt")
+    assert trainer.step == saved["step"] == 5 and saved["trained_seconds"] == 5.0  # saved at the limit, not at 50
+    # the last step (4 s in) ran at 4/5 of the cosine over the time, not at 4/1000 of cosine_steps'
+    assert saved["optimizer"]["param_groups"][0]["lr"] == pytest.approx(learning_rate(4, 1e-2, 1, 0, 0.8))
+    # resumed with a longer limit, the clock goes on from the checkpoint's seconds
+    longer = TrainConfig(**{**config.__dict__, "time_limit": 8.0})
+    resumed = train(fresh(), samples, longer, tmp_path / "a.pt", info, info, resume=saved)
+    assert resumed.step == 8 and load_checkpoint(tmp_path / "a.pt")["trained_seconds"] == 8.0
+    with pytest.raises(ValueError, match="time_limit"):
+        TrainConfig(time_limit=-1)
