@@ -14,7 +14,8 @@
 # default, ~9 minutes of the 10 a call may take.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-STORE=/tmp/mtpedge-gpu  # outside the checkout: it outlives the call while the machine stays warm
+STORE=${STORE:-/tmp/mtpedge-gpu}  # outside the checkout: it outlives the call while the machine stays warm
+PYTHON=${PYTHON:-python3}  # there: the one with PyTorch (a rehearsal here: PYTHON=.venv/bin/python DEVICE=cpu)
 PART_BYTES=$((33 * 1000 * 1000))
 
 prepare() {
@@ -47,12 +48,36 @@ train() {
     name=$(awk '{print $2}' "$STORE/model.sha256")
     cat "$STORE"/part-* >"$STORE/$name"
     (cd "$STORE" && sha256sum -c model.sha256) || { echo "model parts missing or damaged: receive them again"; exit 1; }
-    python3 -m pip install -q --no-index --no-deps "$STORE"/gguf-*.whl
-    python3 -m pip install -q --no-index --no-deps --no-build-isolation .
+    "$PYTHON" -m pip install -q --no-index --no-deps "$STORE"/gguf-*.whl
+    importable "$STORE/src"
+    export PYTHONPATH="$STORE/src${PYTHONPATH:+:$PYTHONPATH}"
+    "$PYTHON" -c "import mtpedge.models.loading, torch; print('mtpedge importable; torch', torch.__version__)"
     nvidia-smi --query-gpu=name,memory.total --format=csv || true
     OUT=${OUT:?the device tool sets OUT}
     WORK="$STORE/work" BATCH=${BATCH:-256} DISTILL_S=${DISTILL_S:-150} TRAIN_S=${TRAIN_S:-300} \
-        EVAL_EVERY=${EVAL_EVERY:-2000} DEVICE=cuda MTPEDGE="python3 -m mtpedge.main" bash scripts/train_recipe.sh "$OUT" "$STORE/$name"
+        EVAL_EVERY=${EVAL_EVERY:-2000} DEVICE=${DEVICE:-cuda} MTPEDGE="$PYTHON -m mtpedge.main" \
+        bash scripts/train_recipe.sh "$OUT" "$STORE/$name"
+}
+
+importable() {
+    # mtpedge's packages as pyproject's package-dir lays them out, as links into this checkout: nothing is built,
+    # so no build backend or network is needed there
+    "$PYTHON" - "$1" <<'PY'
+import sys, tomllib
+from pathlib import Path
+root, dest = Path.cwd(), Path(sys.argv[1])
+layout = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+for package, folder in sorted(layout.items(), key=lambda item: item[0].count(".")):
+    target = dest.joinpath(*package.split("."))
+    if target.exists() or target.is_symlink():
+        continue
+    if "." not in package:  # the root package: a real folder, so that its subpackages can sit in it
+        target.mkdir(parents=True)
+        for entry in (root / folder).iterdir():
+            (target / entry.name).symlink_to(entry)
+    else:
+        target.symlink_to(root / folder)
+PY
 }
 
 case "${1:-}" in
