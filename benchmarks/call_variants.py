@@ -9,6 +9,9 @@ Variants of the bundle's decode graph (width 1, the smallest context bucket by d
                 (opset 23; onnxruntime's CPU kernel)
   bias-in-nbits (width 1 only) the block-minimum correction as MatMulNBits' bias input: the block sums and
                 their MatMul one-dimensional, so the Add after each weight product goes
+  f16-minima    the Q4_1 block minima stored as float16 (the GGUF's own precision, so exact) and cast to
+                float32 at run time: they are ~11% of the bytes a call reads. Each float16 table is also a
+                graph input (an overridable initializer), so onnxruntime does not fold the Cast back at load
   no-attention  each layer's o_proj reads q_proj's output: the query side, q.K, Softmax, probabilities.V, the
                 cache scatter and every reshape between them dropped (wrong outputs): the most any fused
                 attention kernel saves
@@ -16,6 +19,7 @@ Each variant's first-layer attention output and o_proj output are compared with 
 same feeds (random caches, so the logits themselves are not comparable after 30 layers).
 
     python benchmarks/call_variants.py [BUNDLE] [--graph decode_ar1_cl256.onnx] [--rounds 150] [--threads 1]
+        [--variants no-minima,f16-minima]
 """
 
 from __future__ import annotations
@@ -138,6 +142,21 @@ def bias_in_nbits(model: onnx.ModelProto) -> None:
     _splice(model, replaced, dropped)
 
 
+def f16_minima(model: onnx.ModelProto) -> None:
+    inits = {t.name: t for t in model.graph.initializer}
+    replaced = {}
+    for node in [n for n in model.graph.node if n.op_type == "MatMul" and n.name.endswith(".minima")]:
+        sums, offsets = node.input
+        table = numpy_helper.to_array(inits[offsets])
+        half = table.astype(np.float16)
+        name = offsets + ".f16"
+        model.graph.initializer.append(numpy_helper.from_array(half, name))
+        model.graph.input.append(helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT16, list(half.shape)))
+        replaced[node.name] = [helper.make_node("Cast", [name], [name + ".f32"], name=node.name + ".cast", to=1),
+                               helper.make_node("MatMul", [sums, name + ".f32"], list(node.output), name=node.name)]
+    _splice(model, replaced, set())
+
+
 def no_attention(model: onnx.ModelProto) -> None:
     replaced = {}
     for node in model.graph.node:
@@ -214,15 +233,20 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=150)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--filled", type=int, default=100)
+    parser.add_argument("--variants", help="comma-separated names to time beside `exported` (default: all)")
     args = parser.parse_args()
     folder = Path(args.bundle) if args.bundle else ensure_bundle(None, None, 1024)
     exported = onnx.load(str(folder / args.graph))
     work = Path(tempfile.mkdtemp(prefix="call-variants-"))
     paths = {}
     variants = [("exported", None), ("no-minima", no_minima), ("sums-in-nbits", sums_in_nbits),
-                ("attention-op", attention_op), ("bias-in-nbits", bias_in_nbits), ("no-attention", no_attention)]
+                ("attention-op", attention_op), ("bias-in-nbits", bias_in_nbits), ("no-attention", no_attention),
+                ("f16-minima", f16_minima)]
     if "_ar1_" not in args.graph:
         variants.remove(("bias-in-nbits", bias_in_nbits))
+    if args.variants:
+        chosen = {"exported", *args.variants.split(",")}
+        variants = [(name, change) for name, change in variants if name in chosen]
     for name, change in variants:
         model = onnx.ModelProto()
         model.CopyFrom(exported)
