@@ -66,15 +66,7 @@ def run(args: argparse.Namespace) -> int:
     from mtpedge.models.device import resolve_device
     from mtpedge.models.distill_data import load_distill_data
     from mtpedge.models.loading import load_model
-    from mtpedge.models.mtp_adapter import MtpAdapter, MtpConfig
-    from mtpedge.models.mtp_training import (
-        TrainConfig,
-        load_checkpoint,
-        start_from,
-        train,
-        write_curve,
-        write_release_copy,
-    )
+    from mtpedge.models.mtp_training import load_checkpoint, train, write_curve, write_release_copy
 
     device = resolve_device(args.device)
     torch.set_num_threads(args.threads)
@@ -84,20 +76,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"{out} exists: pass --resume to continue it, or choose another --out")
     samples = load_distill_data(args.data)
     loaded = load_model(args.model)
-    mtp_config = MtpConfig(k=args.k, rank=args.rank, alpha=args.alpha, sampler=not args.no_sampler,
-                           sampler_form=args.sampler_form)
-    train_config = TrainConfig(steps=args.steps, lr=args.lr, warmup=args.warmup, max_seq_len=args.max_seq_len,
-                               max_blocks=args.max_blocks, lcm_weight=args.lcm_weight, seed=args.seed,
-                               checkpoint_every=args.checkpoint_every, cosine_steps=args.cosine_steps,
-                               teacher_weight=args.teacher_weight, time_limit=args.time_limit,
-                               eval_every=args.eval_every if args.heldout_questions else 0)
-    loaded.decoder.to(device)
-    adapter = MtpAdapter(loaded.decoder, mtp_config)
-    if args.init and resume is None:
-        from mtpedge.export.mtp_export import resolve_adapter
-
-        start_from(adapter, load_checkpoint(resolve_adapter(args.init)), loaded.source_sha256)
-    adapter.to(device)
+    adapter = _build_adapter(args, loaded, device, starting_fresh=resume is None)
     evaluate = heldout_evaluation(args, loaded, out, str(device)) if args.heldout_questions else None
     trainable = sum(p.numel() for p in adapter.parameters() if p.requires_grad)
     response_tokens = sum(int(s.response_ids.size) for s in samples)
@@ -108,18 +87,8 @@ def run(args: argparse.Namespace) -> int:
     data_info = {"file": str(args.data), "samples": len(samples), "response_tokens": response_tokens,
                  "init": args.init}
     started = time.perf_counter()
-
-    def progress(m: dict) -> None:
-        if "heldout" in m:
-            print("held-out " + " ".join(f"{k} {v}" for k, v in m["heldout"].items()), flush=True)
-            return
-        depths = " ".join(f"{m[key]:.2f}" for key in sorted(m) if key.startswith("top1_m"))
-        extra = f" sampler {m['ce_sampler']:.3f}" if "ce_sampler" in m else ""
-        print(f"step {m['step']}/{args.steps} loss {m['loss']:.3f} (mask CE {m['ce_mask']:.3f}{extra}, "
-              f"lcm {m.get('lcm', 0):.3f}; base NTP CE {m['ntp_ce']:.3f}) top1 per depth {depths} "
-              f"{m['seconds']:.1f} s/step, {time.perf_counter() - started:.0f} s", flush=True)
-
-    trainer = train(adapter, samples, train_config, out, base_info, data_info, resume, progress, evaluate)
+    trainer = train(adapter, samples, _train_config(args), out, base_info, data_info, resume,
+                    _progress_printer(args.steps, started), evaluate)
     if args.curve:
         write_curve(trainer.history, Path(args.curve))
     print(f"adapter written to {out} ({trainer.step} steps)")
@@ -128,6 +97,46 @@ def run(args: argparse.Namespace) -> int:
         print(f"export-only copy written to {args.release_copy} ({size / 2**20:.1f} MiB)")
     print(json.dumps({"steps": trainer.step, "seconds_this_run": round(time.perf_counter() - started, 1)}))
     return 0
+
+
+def _train_config(args: argparse.Namespace):
+    from mtpedge.models.mtp_training import TrainConfig
+
+    return TrainConfig(steps=args.steps, lr=args.lr, warmup=args.warmup, max_seq_len=args.max_seq_len,
+                       max_blocks=args.max_blocks, lcm_weight=args.lcm_weight, seed=args.seed,
+                       checkpoint_every=args.checkpoint_every, cosine_steps=args.cosine_steps,
+                       teacher_weight=args.teacher_weight, time_limit=args.time_limit,
+                       eval_every=args.eval_every if args.heldout_questions else 0)
+
+
+def _build_adapter(args: argparse.Namespace, loaded, device, starting_fresh: bool):
+    """The adapter on the base decoder, with --init's weights when a new run starts from a trained one."""
+    from mtpedge.models.mtp_adapter import MtpAdapter, MtpConfig
+    from mtpedge.models.mtp_training import load_checkpoint, start_from
+
+    config = MtpConfig(k=args.k, rank=args.rank, alpha=args.alpha, sampler=not args.no_sampler,
+                       sampler_form=args.sampler_form)
+    loaded.decoder.to(device)
+    adapter = MtpAdapter(loaded.decoder, config)
+    if args.init and starting_fresh:
+        from mtpedge.export.mtp_export import resolve_adapter
+
+        start_from(adapter, load_checkpoint(resolve_adapter(args.init)), loaded.source_sha256)
+    return adapter.to(device)
+
+
+def _progress_printer(total_steps: int, started: float):
+    def progress(m: dict) -> None:
+        if "heldout" in m:
+            print("held-out " + " ".join(f"{k} {v}" for k, v in m["heldout"].items()), flush=True)
+            return
+        depths = " ".join(f"{m[key]:.2f}" for key in sorted(m) if key.startswith("top1_m"))
+        extra = f" sampler {m['ce_sampler']:.3f}" if "ce_sampler" in m else ""
+        print(f"step {m['step']}/{total_steps} loss {m['loss']:.3f} (mask CE {m['ce_mask']:.3f}{extra}, "
+              f"lcm {m.get('lcm', 0):.3f}; base NTP CE {m['ntp_ce']:.3f}) top1 per depth {depths} "
+              f"{m['seconds']:.1f} s/step, {time.perf_counter() - started:.0f} s", flush=True)
+
+    return progress
 
 
 def heldout_evaluation(args: argparse.Namespace, loaded, out: Path, device: str):

@@ -6,7 +6,7 @@ import logging
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -184,6 +184,27 @@ def calibration_stream(src: Path, config: QdqConfig, say: Callable[[str], None])
     return stream
 
 
+@dataclass
+class _WidestRecipe:
+    """What is decided on the widest graph and applied to every width (node names are the same in each)."""
+
+    float_nodes: list[str] = field(default_factory=list)  # nodes kept in float16
+    smoothing: dict = field(default_factory=dict)  # smoothing factors by norm name
+    rounded: dict = field(default_factory=dict)  # GPTQ's 8-bit weights by MatMul name
+
+
+def _decide_on_widest(model: onnx.ModelProto, calls: list, config: QdqConfig) -> _WidestRecipe:
+    """Float nodes, smoothing (applied to `model`) and GPTQ weights, from the widest graph's recorded calls."""
+    feeds = [f for f, _ in calls]
+    stats = activation_statistics(model, feeds[:4]) if config.outlier_ratio > 0 else None
+    float_nodes = float16_nodes(model, stats, config.float16_stream, config.outlier_ratio, config.float_attention)
+    # smoothing leaves the float function unchanged, so the recorded calls stay valid
+    smoothing = smoothing_factors(model, feeds, float_nodes, config.smooth_alpha) if config.smooth_alpha else {}
+    apply_smoothing(model, smoothing)
+    rounded = gptq_weights(model, feeds, gptq_targets(model, config, float_nodes)) if config.gptq else {}
+    return _WidestRecipe(float_nodes, smoothing, rounded)
+
+
 def qdq_bundle(src: str | Path, out_dir: str | Path, config: QdqConfig | None = None,
                progress: Callable[[str], None] | None = None, quality: bool = True,
                calibration: list[int] | None = None) -> Path:
@@ -209,9 +230,7 @@ def qdq_bundle(src: str | Path, out_dir: str | Path, config: QdqConfig | None = 
         widest_first = sorted(manifest.graphs, key=lambda g: -g.width)
         stream = calibration if calibration is not None else calibration_stream(src, config, say)
         fixed: dict[str, dict] | None = None  # the widest graph's activation encodings, for every other width
-        float_nodes: list[str] = []  # decided on the widest graph; node names are the same in every width
-        rounded: dict = {}  # GPTQ's 8-bit weights by MatMul name, computed on the widest graph, used in every width
-        smoothing: dict = {}  # smoothing factors by norm name, likewise
+        recipe = _WidestRecipe()
         try:
             for i, entry in enumerate(widest_first, 1):
                 # the other widths take the widest graph's encodings: a couple of calls only feed the quantizer
@@ -221,21 +240,12 @@ def qdq_bundle(src: str | Path, out_dir: str | Path, config: QdqConfig | None = 
                 model = fused_float_graph(src / entry.file)
                 drop_present_outputs(model)
                 if fixed is None:
-                    stats = (activation_statistics(model, [feeds for feeds, _ in calls[:4]])
-                             if config.outlier_ratio > 0 else None)
-                    float_nodes = float16_nodes(model, stats, config.float16_stream, config.outlier_ratio,
-                                                config.float_attention)
-                    if config.smooth_alpha:  # the float function is unchanged: the recorded calls stay valid
-                        smoothing = smoothing_factors(model, [feeds for feeds, _ in calls], float_nodes,
-                                                      config.smooth_alpha)
-                apply_smoothing(model, smoothing)
-                if fixed is None:
-                    if config.gptq:
-                        rounded = gptq_weights(model, [feeds for feeds, _ in calls], gptq_targets(model, config,
-                                                                                                   float_nodes))
+                    recipe = _decide_on_widest(model, calls, config)
+                else:
+                    apply_smoothing(model, recipe.smoothing)
                 overrides = recipe_overrides(model, calls, manifest.config.num_layers, config, fixed)
-                overrides.update(apply_rounded(model, rounded))
-                model = quantize_graph_qdq(model, calls, overrides, float_nodes, config)
+                overrides.update(apply_rounded(model, recipe.rounded))
+                model = quantize_graph_qdq(model, calls, overrides, recipe.float_nodes, config)
                 if fixed is None:
                     fixed = activation_encodings(model)
                 encodings[entry.name] = io_encodings(model)
@@ -249,8 +259,9 @@ def qdq_bundle(src: str | Path, out_dir: str | Path, config: QdqConfig | None = 
         finally:
             shared.close()
         info = {"config": config_dict(config), "encodings": {g.name: encodings[g.name] for g in manifest.graphs},
-                "tied_kv": True, "encodings_from": widest_first[0].name, "float16_nodes": float_nodes,
-                "gptq_weights": len(rounded), "smoothed_norms": len(smoothing),
+                "tied_kv": True, "encodings_from": widest_first[0].name,
+                "float16_nodes": recipe.float_nodes, "gptq_weights": len(recipe.rounded),
+                "smoothed_norms": len(recipe.smoothing),
                 "calibration_tokens": len(stream)}
         entries = [entries[g.name] for g in manifest.graphs]
         new = replace(manifest, graphs=entries, mask_value=config.mask_value,

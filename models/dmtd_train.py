@@ -261,10 +261,7 @@ def train_dmtd(loaded: LoadedModel, data: Path, out_dir: Path, settings: TrainSe
     decoder = _freeze(loaded.decoder)
     run = _start_or_resume(loaded, ckpt, settings, resume, say)
     model, step = run.model, run.step
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=settings.lr, weight_decay=settings.weight_decay)
-    if run.optimizer_state is not None:
-        optimizer.load_state_dict(run.optimizer_state)
+    params, optimizer = _optimizer(model, settings, run.optimizer_state)
     model.train()
     stream = DistillStream(Path(data), decoder, model.tap, settings.max_len, settings.cache_gb)
     cfg = settings.model
@@ -303,9 +300,7 @@ def train_dmtd(loaded: LoadedModel, data: Path, out_dir: Path, settings: TrainSe
             say(f"step {step}/{settings.steps} loss {ema:.3f} lr {rate(step):.1e} "
                 f"{tokens_done / elapsed:.0f} tok/s, ~{left / 60:.0f} min left")
         if evaluate is not None and settings.eval_every and (step % settings.eval_every == 0 or step == settings.steps):
-            figures = {"step": step, **evaluate(model)}
-            run.heldout.append(figures)
-            say("held-out " + " ".join(f"{k} {v}" for k, v in figures.items()))
+            _evaluate_into(run, step, model, evaluate, say)
         if step % settings.checkpoint_every == 0 or step == last or timed_out:
             save()
     if timed_out and steps_run:
@@ -313,9 +308,22 @@ def train_dmtd(loaded: LoadedModel, data: Path, out_dir: Path, settings: TrainSe
     final = step == settings.steps or timed_out
     if evaluate is not None and final and (not run.heldout or run.heldout[-1]["step"] != step):
         # the end of a time-limited run, or a run cut short and resumed with --steps at the step it reached
-        run.heldout.append({"step": step, **evaluate(model)})
-        say("held-out " + " ".join(f"{k} {v}" for k, v in run.heldout[-1].items()))
+        _evaluate_into(run, step, model, evaluate, say)
         save()
     elif steps_run == 0:
         save()
     return ckpt
+
+
+def _optimizer(model: DmtdModel, settings: TrainSettings, state: dict | None):
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=settings.lr, weight_decay=settings.weight_decay)
+    if state is not None:
+        optimizer.load_state_dict(state)
+    return params, optimizer
+
+
+def _evaluate_into(run, step: int, model: DmtdModel, evaluate: Callable[[DmtdModel], dict],
+                   say: Callable[[str], None]) -> None:
+    run.heldout.append({"step": step, **evaluate(model)})
+    say("held-out " + " ".join(f"{k} {v}" for k, v in run.heldout[-1].items()))
