@@ -12,6 +12,8 @@ Variants of the bundle's decode graph (width 1, the smallest context bucket by d
   f16-minima    the Q4_1 block minima stored as float16 (the GGUF's own precision, so exact) and cast to
                 float32 at run time: they are ~11% of the bytes a call reads. Each float16 table is also a
                 graph input (an overridable initializer), so onnxruntime does not fold the Cast back at load
+  int8-rows     every weight product on onnxruntime's integer GEMM (export/integer_gemm.py): the exact weights
+                re-quantized to int8 per column, activations to uint8 per row
   no-attention  each layer's o_proj reads q_proj's output: the query side, q.K, Softmax, probabilities.V, the
                 cache scatter and every reshape between them dropped (wrong outputs): the most any fused
                 attention kernel saves
@@ -37,6 +39,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from mtpedge.export.integer_gemm import to_integer_gemm  # noqa: E402
 from mtpedge.runtime.graphs import SESSION_DEFAULTS  # noqa: E402
 
 WRONG_OUTPUTS = ("no-minima", "no-attention")  # bounds, not candidates: their outputs are not compared
@@ -241,7 +244,7 @@ def main() -> None:
     paths = {}
     variants = [("exported", None), ("no-minima", no_minima), ("sums-in-nbits", sums_in_nbits),
                 ("attention-op", attention_op), ("bias-in-nbits", bias_in_nbits), ("no-attention", no_attention),
-                ("f16-minima", f16_minima)]
+                ("f16-minima", f16_minima), ("int8-rows", to_integer_gemm)]
     if "_ar1_" not in args.graph:
         variants.remove(("bias-in-nbits", bias_in_nbits))
     if args.variants:

@@ -24,6 +24,7 @@ import onnx
 from onnx import numpy_helper
 
 from .block_weights import BlockWeights, quantize_rtn
+from .integer_gemm import to_integer_gemm
 from .matmul_nbits import MatMulRewriter, weight_matmuls
 from .onnx_graphs import SharedWeights
 from .staging import copy_host_files, float_source, staged_folder
@@ -58,6 +59,9 @@ class QuantConfig:
     # MatMuls of one input (q/k/v, gate/up) as one MatMulNBits side by side (matmul_nbits.py): the same outputs bit
     # for bit, one kernel call instead of three (results/fast section 13)
     side_by_side: bool = True
+    # every MatMulNBits then becomes a row-quantized MatMulInteger over int8 re-quantized weights
+    # (integer_gemm.py): wide calls cost little more than one-row calls
+    integer_gemm: bool = False
     quality_report: bool = True
 
     def __post_init__(self) -> None:
@@ -87,6 +91,7 @@ class QuantConfig:
             main += "".join(f"-{role.split('_')[0]}0" for role in self.float_activation_roles)
             main += "".join(f"-{role.split('_')[0]}{FINE_BLOCK}" for role in self.fine_activation_roles)
         main += "-fused" if self.fused_ops else ""
+        main += "-igemm" if self.integer_gemm else ""
         return main if self.output_layer == "same" else f"{main}+out:{self.output_layer}"
 
 
@@ -193,6 +198,8 @@ def quantize_graph(src_file: Path, source: WeightSource, weights_file: SharedWei
         rewriter.replace_side_by_side([node for node, _ in members], [w for _, w in members], level)
     replaced = sum(len(members) for members in groups.values())
     rewriter.finish()
+    if source.config.integer_gemm:
+        to_integer_gemm(model)
     for tensor in model.graph.initializer:  # what stays float comes along into the new weights file
         if tensor.data_location == onnx.TensorProto.EXTERNAL:
             value = _read_external(tensor, folder)
