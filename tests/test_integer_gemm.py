@@ -8,9 +8,7 @@ import onnxruntime as ort
 import pytest
 from gguf import GGMLQuantizationType as Q
 
-from mtpedge.export.gguf_grid import decompose
 from mtpedge.export.integer_gemm import dequantized_weights, int8_columns, to_integer_gemm
-from mtpedge.export.matmul_nbits import MatMulRewriter, weight_matmuls
 from mtpedge.export.quantize_bundle import QuantConfig, quantize_bundle
 from mtpedge.runtime.bundle import read_manifest
 from mtpedge.runtime.drafters import make_drafter
@@ -19,22 +17,7 @@ from mtpedge.runtime.generate import generate
 from mtpedge.runtime.row_probe import probe_rows
 
 from .test_drafters import fuzzed_prompts
-from .test_quant import _two_matmul_graph, random_gguf_rows
-
-
-def _nbits_graph(qtype: Q, k: int, n: int, block: int = 32):
-    """A two-MatMul graph (x -> y1, y2) on one GGUF grid, rewritten to MatMulNBits; and that grid's weights."""
-    grid = decompose(random_gguf_rows(qtype, n, k), qtype)[0].split_blocks(block)
-    weights = np.ascontiguousarray(grid.dequantize().T)
-    model = _two_matmul_graph(k, n, weights, weights)
-    model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "T"
-    for out in model.graph.output:
-        out.type.tensor_type.shape.dim[1].dim_param = "T"
-    rewriter = MatMulRewriter(model)
-    for matmul in weight_matmuls(model):
-        rewriter.replace(matmul.node, grid, accuracy_level=4)
-    rewriter.finish()
-    return model, weights
+from .test_quant import nbits_graph
 
 
 def _session(model):
@@ -44,7 +27,7 @@ def _session(model):
 @pytest.mark.parametrize("qtype,block", [(Q.Q4_1, 32), (Q.Q4_1, 16), (Q.Q4_0, 32), (Q.Q8_0, 16)],
                          ids=["Q4_1", "Q4_1-b16", "Q4_0", "Q8_0-b16"])
 def test_the_weights_are_the_grids_own_block_minima_included(qtype, block):
-    model, weights = _nbits_graph(qtype, 256, 48, block)
+    model, weights = nbits_graph(qtype, 256, 48, block)
     inits = {t.name: t for t in model.graph.initializer}
     nbits = next(n for n in model.graph.node if n.op_type == "MatMulNBits")
     add = next((n for n in model.graph.node if n.op_type == "Add" and nbits.output[0] in n.input), None)
@@ -70,7 +53,7 @@ def test_a_row_gets_the_same_bits_at_every_width_and_stays_near_the_float_produc
     """What lossless drafting on these graphs rests on: integer sums are exact, the rest is per row or per element,
     so a row's output does not depend on the other rows of the call (unlike the float kernels; tests/test_quant.py
     for MatMulNBits). And the two roundings (int8 weights per column, uint8 activations per row) stay close."""
-    model, weights = _nbits_graph(qtype, 1536, 96)
+    model, weights = nbits_graph(qtype, 1536, 96, 32)
     assert to_integer_gemm(model) == 2
     assert {n.op_type for n in model.graph.node} >= {"MatMulInteger"}
     assert not {"MatMulNBits", "ReduceSum"} & {n.op_type for n in model.graph.node}

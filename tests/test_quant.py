@@ -120,6 +120,22 @@ def _cpu_flags() -> set[str]:
     return set(describe_machine()["cpu_flags"])
 
 
+def nbits_graph(qtype: GGMLQuantizationType, k: int, n: int, block: int) -> tuple[onnx.ModelProto, np.ndarray]:
+    """A two-MatMul graph (x -> y1, y2; any number of rows T) on one GGUF grid in blocks of `block`, rewritten to
+    MatMulNBits at accuracy level 4; and the grid's (K, N) weights."""
+    grid = decompose(random_gguf_rows(qtype, n, k), qtype)[0].split_blocks(block)
+    weights = np.ascontiguousarray(grid.dequantize().T)
+    model = _two_matmul_graph(k, n, weights, weights)
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "T"
+    for out in model.graph.output:
+        out.type.tensor_type.shape.dim[1].dim_param = "T"
+    rewriter = MatMulRewriter(model)
+    for matmul in weight_matmuls(model):
+        rewriter.replace(matmul.node, grid, accuracy_level=4)
+    rewriter.finish()
+    return model, weights
+
+
 @pytest.mark.parametrize("block_size", [16, 32])
 def test_int8_activation_kernels_compute_a_row_alike_at_every_width(block_size):
     """What lossless drafting on the fast bundle rests on, and where it holds: MatMulNBits at accuracy level 4
@@ -132,16 +148,8 @@ def test_int8_activation_kernels_compute_a_row_alike_at_every_width(block_size):
     if block_size == 32 and "avx512_vnni" not in flags and "avx512f" in flags:
         pytest.skip("32-input blocks measured on AVX-512 VNNI (alike) and AVX2 only (not alike), not on this ISA")
     alike = block_size == 16 or "avx512_vnni" in flags
-    k, n = 1536, 96
-    grid = decompose(random_gguf_rows(Q.Q4_1, n, k), Q.Q4_1)[0].split_blocks(block_size)
-    model = _two_matmul_graph(k, n, *(np.ascontiguousarray(grid.dequantize().T),) * 2)
-    model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "T"
-    for out in model.graph.output:
-        out.type.tensor_type.shape.dim[1].dim_param = "T"
-    rewriter = MatMulRewriter(model)
-    for matmul in weight_matmuls(model):
-        rewriter.replace(matmul.node, grid, accuracy_level=4)
-    rewriter.finish()
+    k = 1536
+    model, _ = nbits_graph(Q.Q4_1, k, 96, block_size)
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     x = np.random.default_rng(5).normal(0, 1, (1, 16, k)).astype(np.float32)
     one = sess.run(["y1"], {"x": x[:, :1]})[0][0, 0]
