@@ -9,6 +9,8 @@ one bundle per recipe, each converting nbits' graphs:
   plain       activations quantized per row, weights per column, nothing else
   A           smoothing with alpha A (SmoothQuant), from the channel maxima of calibration data
   A:F         the same, with the F largest channels of each input kept in float (LLM.int8()'s decomposition)
+  R@o_proj+down_proj  recipe R on those products only; the others stay MatMulNBits (mixing is lossless too:
+                      both compute a row alike at every width)
 Calibration data is the float model's own answers to the project's prompts (export/qdq_bundle.calibration_stream),
 never Spec-Bench or the held text. Each bundle gets export/quality.py's report against FLOAT_BUNDLE (held text);
 `benchmarks/qdq_quality.py FLOAT_BUNDLE DIR/RECIPE` measures the Spec-Bench set, and `benchmarks/bundle_ab.py`
@@ -92,10 +94,13 @@ def convert(nbits: Path, out: Path, recipe: IntegerGemmRecipe) -> Path:
 
 
 def parse_recipe(text: str, maxima: dict[str, np.ndarray]) -> IntegerGemmRecipe:
+    """plain | A | A:F, each optionally @role+role (only those products; the others stay MatMulNBits)."""
+    text, _, roles = text.partition("@")
+    only = tuple(roles.split("+")) if roles else None
     if text == "plain":
-        return IntegerGemmRecipe()
+        return IntegerGemmRecipe(roles=only)
     alpha, _, channels = text.partition(":")
-    return IntegerGemmRecipe(input_maxima=maxima, alpha=float(alpha), float_channels=int(channels or 0))
+    return IntegerGemmRecipe(roles=only, input_maxima=maxima, alpha=float(alpha), float_channels=int(channels or 0))
 
 
 def main() -> None:
@@ -118,7 +123,7 @@ def main() -> None:
     maxima = channel_maxima(args.float_bundle, args.threads)
     results = {}
     for text in args.recipes.split(","):
-        bundle = convert(nbits, args.out / text.replace(":", "-"), parse_recipe(text, maxima))
+        bundle = convert(nbits, args.out / text.replace(":", "-").replace("@", "-"), parse_recipe(text, maxima))
         report = quality_report(bundle, args.float_bundle, print, threads=args.threads)
         results[text] = {"top1_agreement": report["top1_agreement"], "perplexity": report["perplexity"]}
         print(json.dumps({text: results[text]}), flush=True)
