@@ -48,6 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true", help="continue DIR/dmtd.pt")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present, else CPU), cpu or cuda")
+    parser.add_argument("--precision", default="float32", choices=("float32", "bfloat16"),
+                        help="of the forward passes: float32 (default) or bfloat16 (matrix products in bfloat16 on AMX "
+                             "CPUs and GPUs; weights, gradients and losses stay float32)")
     parser.add_argument("--release-copy", help="also write the trained weights in float16 here (what is shipped)")
     parser.add_argument("--export-bundle", help="after training, write a DMTD bundle here (base graphs + the copy's)")
     parser.add_argument("--context", type=int, default=1024, help="bundle context (default 1024)")
@@ -68,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     model = DmtdConfig(decoding_layers=args.decoding_layers, thinking_layers=args.thinking_layers,
                        lora_rank=args.rank, lora_alpha=float(args.rank))
     settings = TrainSettings(model=model, taus=args.taus, steps=args.steps, lr=args.lr, lr_horizon=args.lr_horizon,
-                             max_len=args.max_len, time_limit=args.time_limit,
+                             max_len=args.max_len, time_limit=args.time_limit, precision=args.precision,
                              checkpoint_every=args.checkpoint_every, eval_every=args.eval_every)
     out = Path(args.out)
     loaded = load_model(args.model)

@@ -51,6 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--curve", default=None, help="write the loss curve (JSON) here too")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present, else CPU), cpu or cuda")
+    parser.add_argument("--precision", default="float32", choices=("float32", "bfloat16"),
+                        help="of the forward passes: float32 (default) or bfloat16 (matrix products in bfloat16 on AMX "
+                             "CPUs and GPUs; weights, gradients and losses stay float32)")
     parser.add_argument("--heldout-questions", help="Spec-Bench question.jsonl: measure held-out τ during training")
     parser.add_argument("--eval-every", type=int, default=200, help="steps between held-out evaluations")
     parser.add_argument("--eval-tokens", type=int, default=128, help="answer tokens per held-out question")
@@ -105,7 +108,7 @@ def _train_config(args: argparse.Namespace):
     return TrainConfig(steps=args.steps, lr=args.lr, warmup=args.warmup, max_seq_len=args.max_seq_len,
                        max_blocks=args.max_blocks, lcm_weight=args.lcm_weight, seed=args.seed,
                        checkpoint_every=args.checkpoint_every, cosine_steps=args.cosine_steps,
-                       teacher_weight=args.teacher_weight, time_limit=args.time_limit,
+                       teacher_weight=args.teacher_weight, time_limit=args.time_limit, precision=args.precision,
                        eval_every=args.eval_every if args.heldout_questions else 0)
 
 

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from .checkpoint import read_checkpoint, write_checkpoint
 from .decoder import Decoder
+from .device import PRECISIONS, training_autocast
 from .distill_data import DistillSample, load_distill_data
 from .dmtd import DmtdConfig, DmtdModel, dmtd_hidden, draft_windows, tapped_states
 from .loading import LoadedModel
@@ -60,8 +61,11 @@ class TrainSettings:
     # > 0: stop after this many seconds of training (resumed sessions included), the cosine laid over them
     # instead of over the step horizon (schedule.TrainingClock); steps stays the upper bound
     time_limit: float = 0.0
+    precision: str = "float32"  # of the forward passes: float32 or bfloat16 (device.training_autocast)
 
     def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if not self.taus or min(self.taus) < 2:
             raise ValueError(f"--taus must be cycle lengths >= 2, got {self.taus}")
         if self.steps < 0 or self.max_len < 8 or self.lr <= 0 or self.lr_horizon < 0 or self.time_limit < 0:
@@ -286,7 +290,8 @@ def train_dmtd(loaded: LoadedModel, data: Path, out_dir: Path, settings: TrainSe
         tokens, prompt_len, sample, tau, anchor = _draw(stream, settings, step)
         for group in optimizer.param_groups:
             group["lr"] = rate(step)
-        loss = gated_loss(decoder, model, tokens, prompt_len, sample, stream.tapped(tokens), tau, anchor)
+        with training_autocast(decoder.lm_head.weight.device, settings.precision):
+            loss = gated_loss(decoder, model, tokens, prompt_len, sample, stream.tapped(tokens), tau, anchor)
         value = _optimise(loss, optimizer, params, step)
         step, steps_run, tokens_done = step + 1, steps_run + 1, tokens_done + tokens.size
         ema = value if ema is None else 0.98 * ema + 0.02 * value

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from mtpedge.runtime.rope import inverse_frequencies, rope_tables
 
 from .checkpoint import CheckpointError, read_checkpoint, write_checkpoint
+from .device import PRECISIONS, training_autocast
 from .distill_data import DistillSample
 from .mtp_adapter import MtpAdapter, MtpConfig
 from .mtp_layout import IGNORE, block_owners, causal_bias, mask_block_layout
@@ -61,8 +62,11 @@ class TrainConfig:
     # > 0: stop after this many seconds of training (resumed sessions included) and lay the cosine over them
     # instead of over cosine_steps (schedule.TrainingClock); steps stays the upper bound
     time_limit: float = 0.0
+    precision: str = "float32"  # of the forward passes: float32 or bfloat16 (device.training_autocast)
 
     def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.steps < 1 or self.max_blocks < 1 or self.max_seq_len < 4:
             raise ValueError("steps and max_blocks must be >= 1 and max_seq_len >= 4")
         if self.time_limit < 0:
@@ -158,13 +162,35 @@ class MtpTrainer:
         """One optimisation step on one sample; returns its metrics."""
         started = time.perf_counter()
         cfg = self.config
-        k = self.adapter.config.k
         rng = np.random.default_rng(cfg.seed * 1_000_003 + self.step)
         tokens, prompt_len = sample_tokens(sample.prompt_ids, sample.response_ids, cfg.max_seq_len)
-        base = self.base_pass(index, tokens, prompt_len)
         owners = block_owners(prompt_len, tokens.shape[0], cfg.max_blocks, rng)
         if owners.size == 0:
             return {}
+        with training_autocast(self.device, cfg.precision):
+            loss, metrics, hits, valid = self._loss(index, sample, tokens, prompt_len, owners)
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr_at(self.step)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        self.step += 1
+        k = self.adapter.config.k
+        depth = self._tensor(np.tile(np.arange(k), owners.size))[valid]
+        metrics.update({"step": self.step, "loss": float(loss.detach()), "mask_slots": int(valid.sum()),
+                        "seconds": round(time.perf_counter() - started, 3)})
+        for j in range(k):
+            sel = depth == j
+            if sel.any():
+                metrics[f"top1_m{j + 1}"] = float(hits[sel].mean())
+        return metrics
+
+    def _loss(self, index: int, sample: DistillSample, tokens: np.ndarray, prompt_len: int,
+              owners: np.ndarray) -> tuple[torch.Tensor, dict, torch.Tensor, torch.Tensor]:
+        """The step's loss, its parts, the draft hits and the valid-slot mask (the forward passes)."""
+        cfg = self.config
+        k = self.adapter.config.k
+        base = self.base_pass(index, tokens, prompt_len)
         layout = mask_block_layout(tokens, owners, k)
         n = layout.positions.shape[0]
         embeds = self.adapter.masks.repeat(owners.size, 1)[None]  # (1, N, d): block-major, mask j in order
@@ -192,21 +218,9 @@ class MtpTrainer:
             lcm = F.mse_loss(hidden[valid], ntp_latent)
             loss = loss + cfg.lcm_weight * lcm
             metrics["lcm"] = float(lcm.detach())
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.lr_at(self.step)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.optimizer.step()
-        self.step += 1
-        depth = self._tensor(np.tile(np.arange(k), owners.size))[valid]
+        metrics["ntp_ce"] = base.ntp_ce
         hits = (sampled_logits.argmax(-1) == targets[valid]).float()
-        metrics.update({"step": self.step, "loss": float(loss.detach()), "ntp_ce": base.ntp_ce,
-                        "mask_slots": int(valid.sum()), "seconds": round(time.perf_counter() - started, 3)})
-        for j in range(k):
-            sel = depth == j
-            if sel.any():
-                metrics[f"top1_m{j + 1}"] = float(hits[sel].mean())
-        return metrics
+        return loss, metrics, hits, valid
 
     def _teacher(self, sample: DistillSample, owners: np.ndarray, prompt_len: int,
                  valid: np.ndarray) -> tuple[torch.Tensor, torch.Tensor] | None:

@@ -17,6 +17,7 @@
 #   EVAL_EVERY steps between held-out evaluations, both trainers (default 500)
 #   MTP_ARGS / DMTD_ARGS  the trainers' model settings (defaults below: the shipped configurations)
 #   DEVICE     auto | cpu | cuda (default auto);  THREADS  torch threads per job on a CPU (default 1)
+#   PRECISION  the trainers' forward passes: float32 (default) or bfloat16 (faster with AMX or a GPU)
 set -euo pipefail
 OUT=${1:?usage: bash scripts/train_recipe.sh OUT_DIR [MODEL]}
 MODEL=${2:-}
@@ -29,6 +30,7 @@ SCALE=${SCALE:-1}
 EVAL_EVERY=${EVAL_EVERY:-500}
 DEVICE=${DEVICE:-auto}
 THREADS=${THREADS:-1}
+PRECISION=${PRECISION:-float32}
 MTP_ARGS=${MTP_ARGS:-"--k 3 --rank 8 --alpha 16 --max-blocks 64 --lr 1.5e-3 --warmup 30"}
 DMTD_ARGS=${DMTD_ARGS:-"--decoding-layers 2 --thinking-layers 2 --rank 32 --lr 1e-3"}
 QUESTIONS=bench/data/spec_bench/question.jsonl
@@ -48,12 +50,14 @@ resume_dmtd=(); [ -f "$WORK/dmtd/dmtd.pt" ] && resume_dmtd=(--resume)
 # --steps is only an upper bound: each run stops at its time limit, its cosine laid over that time
 # shellcheck disable=SC2086
 $MTPEDGE train-mtp --data "$WORK/data" --out "$WORK/mtp.pt" "${model_flag[@]}" "${common[@]}" $MTP_ARGS \
+    --precision "$PRECISION" \
     --steps 10000000 --time-limit "$TRAIN_S" --checkpoint-every 200 "${resume_mtp[@]}" \
     --heldout-questions "$QUESTIONS" --eval-every "$EVAL_EVERY" --eval-candidates 64 \
     --release-copy "$OUT/mtp-release.pt" >>"$OUT/mtp.log" 2>&1 &
 mtp=$!
 # shellcheck disable=SC2086
 $MTPEDGE train-dmtd $MODEL --data "$WORK/data" --out "$WORK/dmtd" "${common[@]}" $DMTD_ARGS \
+    --precision "$PRECISION" \
     --steps 10000000 --time-limit "$TRAIN_S" --checkpoint-every 200 "${resume_dmtd[@]}" \
     --heldout-questions "$QUESTIONS" --eval-every "$EVAL_EVERY" \
     --release-copy "$OUT/dmtd-release.pt" >>"$OUT/dmtd.log" 2>&1 &

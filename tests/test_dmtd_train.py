@@ -208,3 +208,16 @@ def test_a_time_limited_run_stops_at_its_limit_with_its_final_figures(tiny_loade
     assert state["step"] == 3 and state["trained_seconds"] == 3.0
     assert [h["step"] for h in state["heldout"]] == [3]  # the end of a time-limited run is measured
     assert state["optimizer"]["param_groups"][0]["lr"] == pytest.approx(learning_rate(2, 3e-3, 1, 50, 2 / 3))
+
+
+def test_bfloat16_forward_passes_train_float32_weights_to_the_same_loss(tiny_loaded, tiny_data, tmp_path):
+    losses = {}
+    for precision in ("float32", "bfloat16"):
+        settings = TrainSettings(model=CONFIG, steps=2, lr=3e-3, warmup=1, checkpoint_every=2, precision=precision)
+        model, state = load_dmtd(train_dmtd(tiny_loaded, tiny_data, tmp_path / precision, settings), tiny_loaded)
+        losses[precision] = [loss for _, loss, _ in state["history"]]
+        assert {value.dtype for value in model.trainable_state().values()} == {torch.float32}
+    assert losses["bfloat16"][0] == pytest.approx(losses["float32"][0], rel=0.02)
+    assert losses["bfloat16"][0] != losses["float32"][0]  # autocast was on
+    with pytest.raises(ValueError, match="precision must be one of"):
+        TrainSettings(precision="float16")

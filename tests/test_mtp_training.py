@@ -233,3 +233,29 @@ def test_a_time_limited_run_stops_at_its_limit_with_the_cosine_laid_over_its_tim
     assert resumed.step == 8 and load_checkpoint(tmp_path / "a.pt")["trained_seconds"] == 8.0
     with pytest.raises(ValueError, match="time_limit"):
         TrainConfig(time_limit=-1)
+
+
+def test_bfloat16_forward_passes_train_float32_weights_to_the_same_loss(tiny_model_dir, tmp_path):
+    """--precision bfloat16 runs the forward passes under autocast: the first loss is float32's to bfloat16's
+    rounding, training still lowers it, and the adapter's weights (what is saved and shipped) stay float32."""
+    from mtpedge.models.loading import load_model
+
+    torch.set_num_threads(1)
+    samples = _samples(load_model(tiny_model_dir("llama")).config.vocab_size, 2)
+    runs = {}
+    for precision in ("float32", "bfloat16"):
+        torch.manual_seed(0)
+        adapter = MtpAdapter(load_model(tiny_model_dir("llama")).decoder, MtpConfig(k=2, rank=4))
+        config = TrainConfig(steps=30, lr=1e-2, warmup=1, max_blocks=8, checkpoint_every=30, precision=precision)
+        runs[precision] = train(adapter, samples, config, tmp_path / f"{precision}.pt", {}, {}).history
+    first32, first16 = runs["float32"][0]["loss"], runs["bfloat16"][0]["loss"]
+    assert first16 == pytest.approx(first32, rel=0.02) and first16 != first32  # autocast was on, and close
+    losses = [m["loss"] for m in runs["bfloat16"]]
+    assert np.mean(losses[-4:]) < 0.8 * np.mean(losses[:4])
+    state = load_checkpoint(tmp_path / "bfloat16.pt")["state"]
+    assert {value.dtype for value in state.values()} == {torch.float32}
+
+
+def test_an_unknown_precision_is_refused():
+    with pytest.raises(ValueError, match="precision must be one of float32, bfloat16"):
+        TrainConfig(precision="float16")
