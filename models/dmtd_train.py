@@ -238,6 +238,20 @@ def _draw(stream: DistillStream, settings: TrainSettings, step: int) -> tuple[np
     return tokens, prompt_len, sample, tau, anchor
 
 
+def _step_loss(decoder: Decoder, model: DmtdModel, stream: DistillStream, settings: TrainSettings,
+               step: int) -> tuple[torch.Tensor, int, int]:
+    """Step `step`'s loss (its forward passes in settings.precision), sequence length and τ."""
+    tokens, prompt_len, sample, tau, anchor = _draw(stream, settings, step)
+    with training_autocast(decoder.lm_head.weight.device, settings.precision):
+        loss = gated_loss(decoder, model, tokens, prompt_len, sample, stream.tapped(tokens), tau, anchor)
+    return loss, int(tokens.size), tau
+
+
+def _seconds_left(by_steps: float, time_limit: float, clock: TrainingClock) -> float:
+    """What is left of the run: the steps still to go at the pace so far, or the time limit, if sooner."""
+    return min(by_steps, max(0.0, time_limit - clock.seconds())) if time_limit else by_steps
+
+
 def _optimise(loss: torch.Tensor, optimizer: torch.optim.Optimizer, params: list, step: int) -> float:
     """One AdamW step on `loss` (gradients clipped to norm 1); the loss's value."""
     value = float(loss.detach())
@@ -287,21 +301,17 @@ def train_dmtd(loaded: LoadedModel, data: Path, out_dir: Path, settings: TrainSe
     while step < last and not timed_out:
         if settings.reload_every and step % settings.reload_every == 0 and step and stream.refresh():
             say(f"step {step}: data now {len(stream.samples)} answers ({stream.tokens:,} tokens)")
-        tokens, prompt_len, sample, tau, anchor = _draw(stream, settings, step)
         for group in optimizer.param_groups:
             group["lr"] = rate(step)
-        with training_autocast(decoder.lm_head.weight.device, settings.precision):
-            loss = gated_loss(decoder, model, tokens, prompt_len, sample, stream.tapped(tokens), tau, anchor)
+        loss, length, tau = _step_loss(decoder, model, stream, settings, step)
         value = _optimise(loss, optimizer, params, step)
-        step, steps_run, tokens_done = step + 1, steps_run + 1, tokens_done + tokens.size
+        step, steps_run, tokens_done = step + 1, steps_run + 1, tokens_done + length
         ema = value if ema is None else 0.98 * ema + 0.02 * value
         run.history.append([step, round(value, 4), tau])
         timed_out = clock.out_of_time()
         if step % 10 == 0 or step == last or timed_out:
             elapsed = time.perf_counter() - started
-            left = (last - step) * elapsed / steps_run
-            if settings.time_limit:
-                left = min(left, max(0.0, settings.time_limit - clock.seconds()))
+            left = _seconds_left((last - step) * elapsed / steps_run, settings.time_limit, clock)
             say(f"step {step}/{settings.steps} loss {ema:.3f} lr {rate(step):.1e} "
                 f"{tokens_done / elapsed:.0f} tok/s, ~{left / 60:.0f} min left")
         if evaluate is not None and settings.eval_every and (step % settings.eval_every == 0 or step == settings.steps):
