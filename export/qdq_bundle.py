@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from mtpedge.runtime.bundle import GraphEntry, Manifest
 from mtpedge.runtime.contract import new_key_name, new_value_name
 from mtpedge.runtime.drafters import single_decode_graph
 from mtpedge.runtime.engine import Engine
@@ -205,6 +206,23 @@ def _decide_on_widest(model: onnx.ModelProto, calls: list, config: QdqConfig) ->
     return _WidestRecipe(float_nodes, smoothing, rounded)
 
 
+def _quantize_graph(src: Path, entry: GraphEntry, recorder: RecordingEngine, stream: list[int],
+                    recipe: _WidestRecipe, fixed: dict[str, dict] | None, manifest: Manifest,
+                    config: QdqConfig) -> tuple[onnx.ModelProto, list, _WidestRecipe]:
+    """One graph of the bundle in QDQ form, its recorded calls and the recipe (decided here on the widest graph)."""
+    # the other widths take the widest graph's encodings: a couple of calls only feed the quantizer
+    calls = recorder.run_stream(stream, entry.width, config.samples_per_graph if fixed is None else 2)
+    model = fused_float_graph(src / entry.file)
+    drop_present_outputs(model)
+    if fixed is None:
+        recipe = _decide_on_widest(model, calls, config)
+    else:
+        apply_smoothing(model, recipe.smoothing)
+    overrides = recipe_overrides(model, calls, manifest.config.num_layers, config, fixed)
+    overrides.update(apply_rounded(model, recipe.rounded))
+    return quantize_graph_qdq(model, calls, overrides, recipe.float_nodes, config), calls, recipe
+
+
 def qdq_bundle(src: str | Path, out_dir: str | Path, config: QdqConfig | None = None,
                progress: Callable[[str], None] | None = None, quality: bool = True,
                calibration: list[int] | None = None) -> Path:
@@ -233,19 +251,8 @@ def qdq_bundle(src: str | Path, out_dir: str | Path, config: QdqConfig | None = 
         recipe = _WidestRecipe()
         try:
             for i, entry in enumerate(widest_first, 1):
-                # the other widths take the widest graph's encodings: a couple of calls only feed the quantizer
-                limit = config.samples_per_graph if fixed is None else 2
-                calls = recorder.run_stream(stream, entry.width, limit)
                 step = time.perf_counter()
-                model = fused_float_graph(src / entry.file)
-                drop_present_outputs(model)
-                if fixed is None:
-                    recipe = _decide_on_widest(model, calls, config)
-                else:
-                    apply_smoothing(model, recipe.smoothing)
-                overrides = recipe_overrides(model, calls, manifest.config.num_layers, config, fixed)
-                overrides.update(apply_rounded(model, recipe.rounded))
-                model = quantize_graph_qdq(model, calls, overrides, recipe.float_nodes, config)
+                model, calls, recipe = _quantize_graph(src, entry, recorder, stream, recipe, fixed, manifest, config)
                 if fixed is None:
                     fixed = activation_encodings(model)
                 encodings[entry.name] = io_encodings(model)
