@@ -264,6 +264,13 @@ def _optimise(loss: torch.Tensor, optimizer: torch.optim.Optimizer, params: list
     return value
 
 
+def _describe(model: DmtdModel, settings: TrainSettings, params: list, stream: DistillStream) -> str:
+    cfg = settings.model
+    return (f"DMTD: tap at layer {model.tap}, m = {cfg.thinking_layers} thinking + D = {cfg.decoding_layers} decoding "
+            f"layers trained (LoRA rank {cfg.lora_rank}: {sum(p.numel() for p in params):,} weights), τ from "
+            f"{settings.taus}, on {len(stream.samples)} answers ({stream.tokens:,} tokens)")
+
+
 def train_dmtd(loaded: LoadedModel, data: Path, out_dir: Path, settings: TrainSettings, resume: bool = False,
                progress: Callable[[str], None] | None = None, stop_at: int | None = None,
                evaluate: Callable[[DmtdModel], dict] | None = None) -> Path:
@@ -282,10 +289,7 @@ def train_dmtd(loaded: LoadedModel, data: Path, out_dir: Path, settings: TrainSe
     params, optimizer = _optimizer(model, settings, run.optimizer_state)
     model.train()
     stream = DistillStream(Path(data), decoder, model.tap, settings.max_len, settings.cache_gb)
-    cfg = settings.model
-    say(f"DMTD: tap at layer {model.tap}, m = {cfg.thinking_layers} thinking + D = {cfg.decoding_layers} decoding "
-        f"layers trained (LoRA rank {cfg.lora_rank}: {sum(p.numel() for p in params):,} weights), τ from "
-        f"{settings.taus}, on {len(stream.samples)} answers ({stream.tokens:,} tokens)")
+    say(_describe(model, settings, params, stream))
     started, tokens_done, steps_run, ema = time.perf_counter(), 0, 0, None
     last = settings.steps if stop_at is None else min(stop_at, settings.steps)
     clock = TrainingClock(settings.time_limit, run.trained_seconds)
