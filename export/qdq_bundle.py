@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from mtpedge.runtime.bundle import GraphEntry, Manifest
+from mtpedge.runtime.bundle import GraphEntry
 from mtpedge.runtime.contract import new_key_name, new_value_name
 from mtpedge.runtime.drafters import single_decode_graph
 from mtpedge.runtime.engine import Engine
@@ -207,7 +207,7 @@ def _decide_on_widest(model: onnx.ModelProto, calls: list, config: QdqConfig) ->
 
 
 def _quantize_graph(src: Path, entry: GraphEntry, recorder: RecordingEngine, stream: list[int],
-                    recipe: _WidestRecipe, fixed: dict[str, dict] | None, manifest: Manifest,
+                    recipe: _WidestRecipe, fixed: dict[str, dict] | None, num_layers: int,
                     config: QdqConfig) -> tuple[onnx.ModelProto, list, _WidestRecipe]:
     """One graph of the bundle in QDQ form, its recorded calls and the recipe (decided here on the widest graph)."""
     # the other widths take the widest graph's encodings: a couple of calls only feed the quantizer
@@ -218,7 +218,7 @@ def _quantize_graph(src: Path, entry: GraphEntry, recorder: RecordingEngine, str
         recipe = _decide_on_widest(model, calls, config)
     else:
         apply_smoothing(model, recipe.smoothing)
-    overrides = recipe_overrides(model, calls, manifest.config.num_layers, config, fixed)
+    overrides = recipe_overrides(model, calls, num_layers, config, fixed)
     overrides.update(apply_rounded(model, recipe.rounded))
     return quantize_graph_qdq(model, calls, overrides, recipe.float_nodes, config), calls, recipe
 
@@ -252,7 +252,8 @@ def qdq_bundle(src: str | Path, out_dir: str | Path, config: QdqConfig | None = 
         try:
             for i, entry in enumerate(widest_first, 1):
                 step = time.perf_counter()
-                model, calls, recipe = _quantize_graph(src, entry, recorder, stream, recipe, fixed, manifest, config)
+                model, calls, recipe = _quantize_graph(src, entry, recorder, stream, recipe, fixed,
+                                                       manifest.config.num_layers, config)
                 if fixed is None:
                     fixed = activation_encodings(model)
                 encodings[entry.name] = io_encodings(model)
