@@ -35,15 +35,24 @@ METHODS = [
     ("mtp-tree", "adapter", "mtp:mtp_layout=tree"),
     ("mtp-tree-lookup", "adapter", "mtp:mtp_layout=tree:lookup=true"),
 ]
-# run only when named in --only: ESP's tree over the adapter's LoRA-trained masks (gate 1 at the mask slots)
-EXTRA = [("esp-lora", "adapter", "esp:mask_init=learned")]
+# run only when named in --only: ESP's tree over the adapter's LoRA-trained masks (gate 1 at the mask slots);
+# plain decoding of the base bundle (what the adapter graphs' extra nodes cost beside it)
+EXTRA = [("esp-lora", "adapter", "esp:mask_init=learned"), ("none-base", "masks", "none")]
 
 
 def chosen(only: str | None) -> list[tuple[str, str, str]]:
     if not only:
         return METHODS
     known = {name: entry for name, *entry in METHODS + EXTRA}
-    wanted = ["none", *[name for name in only.split(",") if name != "none"]]
+    wanted = []
+    for item in ["none", *[name for name in only.split(",") if name != "none"]]:
+        name, _, custom = item.partition("=")  # NAME=adapter|masks:SPEC, e.g. mtp4=adapter:mtp:masks=1:width=4
+        if custom:
+            key, _, spec = custom.partition(":")
+            if key not in ("adapter", "masks") or not spec:
+                raise SystemExit(f"--only {item!r}: write NAME=adapter:SPEC or NAME=masks:SPEC")
+            known[name] = (key, spec)
+        wanted.append(name)
     unknown = [name for name in wanted if name not in known]
     if unknown:
         raise SystemExit(f"unknown --only names {unknown}: choose from {', '.join(known)}")
@@ -57,18 +66,29 @@ def main() -> int:
     parser.add_argument("--questions", type=Path, default=SPEC_BENCH)
     parser.add_argument("--categories", type=lambda text: tuple(text.split(",")))
     parser.add_argument("--limit", type=int, default=4, help="questions per category, spread over it")
+    parser.add_argument("--pick", default="spread", choices=("spread", "between"),
+                        help="spread: the report set; between: questions between those (tuning runs)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--time-limit", type=float, help="seconds; no question starts after it")
     parser.add_argument("--sweep-repeats", type=int, default=10)
-    parser.add_argument("--only", help="comma-separated names (none always runs), e.g. esp-lora,mtp-quadratic")
+    parser.add_argument("--only", help="comma-separated names (none always runs), e.g. esp-lora,mtp-quadratic, or "
+                             "NAME=adapter|masks:SPEC for a drafter spec on that bundle")
+    parser.add_argument("--cost-model", default="none", metavar="none|measured|flat|FILE",
+                        help="the cost table of both bundles' engines, for drafters that size their trees (lookup, "
+                             "hybrid; default none: trees fill their width, as in the runs before the fast bundle)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     bundles = {"adapter": args.adapter_bundle, "masks": args.masks_bundle}
     engines = {key: Engine.load(folder, threads=args.threads) for key, folder in bundles.items()}
+    if args.cost_model != "none":
+        from mtpedge.runtime.cost_measure import cost_table_from_option
+
+        for engine in engines.values():
+            engine.cost_table = cost_table_from_option(engine, args.cost_model, None)
     methods = [DrafterMethod(engines[key], spec, name=name) for name, key, spec in chosen(args.only)]
     settings = BenchSettings(bundle=args.adapter_bundle, questions=args.questions, categories=args.categories,
-                             limit=args.limit, pick="spread", turns=1, max_new_tokens=args.max_new_tokens,
+                             limit=args.limit, pick=args.pick, turns=1, max_new_tokens=args.max_new_tokens,
                              methods=tuple(m.name for m in methods), threads=args.threads,
                              sweep_bundles=tuple(bundles.values()), sweep_repeats=args.sweep_repeats,
                              time_limit_s=args.time_limit)

@@ -71,15 +71,18 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
     """The bundle to run: the one named, or the cached export of `model` (None = embedded default) at
     `precision` (see the module's docstring).
 
-    mtp: the default model's bundle with the shipped multi-token adapter (a `-mtp` cache folder of its own,
-    since adapter graphs make plain decoding slower; float32: the quantizers do not handle adapter graphs).
+    mtp: the default model's bundle with the shipped multi-token adapter, in a cache folder of its own since
+    adapter graphs make plain decoding slower: `-mtp-<fast label>` on the fast recipe (the LoRA factors stay
+    float32 beside MatMulNBits base weights), `-mtp` at precision float32.
     dmtd: the default model's DMTD bundle with the shipped DMTD model (a `-dmtd` folder: tapped base graphs +
     the trained copy's graphs, float32)."""
     if bundle:
         return Path(bundle)
     _refuse_unshipped(model, mtp, dmtd)
-    fast = not mtp and not dmtd and is_fast(model, precision)
-    flavor = "mtp" if mtp else "dmtd" if dmtd else FAST_LABEL if fast else None
+    fast = not dmtd and is_fast(model, precision)
+    flavor = "dmtd" if dmtd else FAST_LABEL if fast else None
+    if mtp:
+        flavor = f"mtp-{FAST_LABEL}" if fast else "mtp"
     folder = default_bundle_dir(model, context, flavor)
     cached = (folder / MANIFEST).is_file()
     reexport = _why_reexport(folder, model, mtp, dmtd, fast) if cached else None
@@ -97,8 +100,8 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
     if cached:  # the atomic export replaces it only once the new one is complete
         say(f"the cached bundle {folder} {reexport}: re-exporting it")
     what = "the default model" if model is None else model
-    extra = {"mtp": " with its shipped multi-token adapter", "dmtd": " with its shipped DMTD model",
-             FAST_LABEL: " on its GGUF grid (fast kernels)"}.get(flavor, "")
+    extra = " with its shipped multi-token adapter" if mtp else " with its shipped DMTD model" if dmtd else ""
+    extra += " on its GGUF grid (fast kernels)" if fast else ""
     say(f"exporting {what}{extra} to {folder} (once; later runs reuse it)")
     if dmtd:
         from mtpedge.export.dmtd_bundle import DmtdExportConfig, export_dmtd_bundle
@@ -136,12 +139,11 @@ def _why_reexport(folder: Path, model: str | None, mtp: bool, dmtd: bool, fast: 
     """Why a cached bundle must be exported again (None: it is current)."""
     if _other_version(folder):
         return "was exported by another version of mtpedge (its graphs take other inputs)"
-    if mtp:
-        return "predates the multi-token adapter shipped for the default model" if _predates_shipped_adapter(
-            folder) else None
+    if mtp and _predates_shipped_adapter(folder):
+        return "predates the multi-token adapter shipped for the default model"
     if dmtd:
         return "predates the DMTD model shipped for the default model" if _predates_shipped_dmtd(folder) else None
-    if model is None and _lacks_shipped_masks(folder):
+    if model is None and not mtp and _lacks_shipped_masks(folder):
         return "predates the learned masks shipped for the default model"
     if fast and _recipe_differs(folder):
         return "was made by another fast recipe than this mtpedge's (its manifest's quantization config differs)"

@@ -39,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mtp-adapter", metavar="FILE|default",
                         help="a `mtpedge train-mtp` checkpoint, or `default` (the one shipped for the embedded default "
                         "model): export its learned masks, gated LoRA graphs (lora_gate input) and sampler head with "
-                        "the bundle (drafter `mtp`); the default --out is then the cache's `-mtp` folder")
+                        "the bundle (drafter `mtp`); the default --out is then the cache's `-mtp-<precision>` folder "
+                        "(`-mtp` for float32)")
     parser.add_argument("--masks", default="auto", metavar="FILE|auto|none",
                         help="learned mask embeddings for the esp/hybrid drafters: a masks file (.npz), none, or "
                         "auto (default: the masks shipped for the embedded default model, when exporting exactly "
@@ -58,8 +59,8 @@ def add_precision_arguments(parser: argparse.ArgumentParser, with_auto: bool = T
                              "int8/int4 = round-to-nearest blocks; qdq = the Qualcomm HTP's graphs: 16-bit "
                              "activations, 8-bit GPTQ weights (16-bit LM head, v and down projections), fp16 "
                              "residual stream; auto = for GGUF sources the fast default (gguf with int8-activation "
-                             "kernels, the bundle generate/chat/serve/bench use), else float32 (and float32 with "
-                             "--mtp-adapter, whose graphs are float32 only)")
+                             "kernels, the bundle generate/chat/serve/bench use; with --mtp-adapter its LoRA "
+                             "factors stay float32), else float32")
     parser.add_argument("--output-layer", choices=["same", "float32", "int8", "int4"], default="same",
                         help="precision of the output (lm_head) layer (default: same as --precision)")
     parser.add_argument("--block-size", type=int, default=32, help="int8/int4 block size (default 32)")
@@ -75,8 +76,6 @@ def quant_config(args: argparse.Namespace, is_gguf: bool):
     from mtpedge.export.quantize_bundle import QuantConfig
 
     precision = args.precision
-    if precision == "auto" and getattr(args, "mtp_adapter", None):  # adapter graphs are float32 only
-        return None
     if precision == "auto" and is_gguf:  # learned masks attach to it too (ExportConfig)
         from mtpedge.export.quantize_bundle import FAST
 
@@ -123,10 +122,10 @@ def export_plan(args: argparse.Namespace):
         kind = quantization.label.replace("+out:", "-out-") if hasattr(quantization, "weights") else "qdq"
     label = f"{kind}-{soc}" if kind and soc else kind
     if args.mtp_adapter:  # adapter graphs make every call a little slower: never the plain default bundle
-        label = "mtp"
+        label = f"mtp-{label}" if label else "mtp"
     out = args.out or default_bundle_dir(args.model, args.context, label)
     # auto: what generate/chat/serve/bench export for themselves
-    fast = args.precision == "auto" and is_gguf and not soc and not args.mtp_adapter
+    fast = args.precision == "auto" and is_gguf and not soc
     decode_widths = args.decode_widths or (FAST_DECODE_WIDTHS if fast else NPU_DECODE_WIDTHS if kind == "qdq"
                                            else (1, 16))
     buckets = args.context_buckets

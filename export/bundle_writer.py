@@ -66,9 +66,10 @@ class ExportConfig:
                              f"({self.context}), got {self.context_buckets}")
         if len(set(self.decode_widths)) != len(self.decode_widths):
             raise ValueError(f"decode widths repeat: {self.decode_widths}")
-        if self.mtp_adapter and (self.quantization is not None or self.target_soc):
-            raise ValueError("a bundle with an MTP adapter is float32 only (the quantizers do not handle the "
-                             "lora_gate input yet): export it with --precision float32 and no --target")
+        if self.mtp_adapter and not _masks_fit(self):
+            raise ValueError("a bundle with an MTP adapter is float32 or MatMulNBits (gguf/int8/int4) only (the QDQ "
+                             "converter does not handle the lora_gate input yet): export it with another "
+                             "--precision and no --target")
         if self.tap_layer and self.mtp_adapter:
             raise ValueError("a DMTD bundle (tapped graphs) cannot also carry an MTP adapter: export them apart")
         if self.learned_masks not in ("auto", "none"):

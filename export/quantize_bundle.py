@@ -176,7 +176,10 @@ def _read_external(tensor: onnx.TensorProto, folder: Path) -> np.ndarray:
     return np.frombuffer(data, dtype=dtype).reshape(tuple(tensor.dims))
 
 
-def quantize_graph(src_file: Path, source: WeightSource, weights_file: SharedWeights) -> tuple[onnx.ModelProto, int]:
+def quantize_graph(src_file: Path, source: WeightSource, weights_file: SharedWeights,
+                   lora_rank: int = 0) -> tuple[onnx.ModelProto, int]:
+    """One graph's weight MatMuls as MatMulNBits. `lora_rank` > 0: an MTP adapter graph, whose low-rank LoRA
+    MatMuls (a side of at most that many) stay float32: they are small, and the GGUF holds no grid for them."""
     model = onnx.load(str(src_file), load_external_data=False)
     folder = src_file.parent
     rewriter = MatMulRewriter(model)
@@ -185,6 +188,8 @@ def quantize_graph(src_file: Path, source: WeightSource, weights_file: SharedWei
     groups: dict[tuple, list[tuple[onnx.NodeProto, BlockWeights]]] = {}
     for matmul in weight_matmuls(model):
         init = next(t for t in model.graph.initializer if t.name == matmul.weight_name)
+        if min(init.dims) <= lora_rank:
+            continue
         weights = source.weights_for(_read_external(init, folder), matmul.is_output_layer)
         if weights is not None:
             is_8bit = weights.bits == 8
@@ -219,7 +224,7 @@ def quantize_bundle(
     config = config or QuantConfig()
     say = progress or log.info
     src, out_dir = Path(src), Path(out_dir)
-    manifest = float_source(src, "quantization")
+    manifest = float_source(src, "quantization", adapter_graphs=True)
     started = time.perf_counter()
     source = WeightSource(config, Path(gguf_path) if gguf_path else None)
     if source.by_content:
@@ -229,8 +234,9 @@ def quantize_bundle(
         shared = SharedWeights(tmp / QUANT_WEIGHTS_FILE)
         entries = []
         try:
+            lora_rank = (manifest.extras.get("mtp") or {}).get("rank", 0) if _has_adapter_graphs(manifest) else 0
             for i, entry in enumerate(manifest.graphs, 1):
-                model, replaced = quantize_graph(src / entry.file, source, shared)
+                model, replaced = quantize_graph(src / entry.file, source, shared, lora_rank)
                 onnx.save_model(model, tmp / entry.file)
                 entries.append(replace(entry, precision=config.label))
                 say(f"[{i}/{len(manifest.graphs)}] quantized {entry.name}: {replaced} MatMuls -> MatMulNBits")
@@ -246,6 +252,10 @@ def quantize_bundle(
         write_manifest_with_quality(tmp, src, new, config.quality_report, say)
     say(f"quantized bundle written to {out_dir} ({time.perf_counter() - started:.1f} s)")
     return out_dir
+
+
+def _has_adapter_graphs(manifest) -> bool:
+    return bool((manifest.extras.get("mtp") or {}).get("adapter_graphs"))
 
 
 def _bundle_bytes(folder: Path) -> int:

@@ -81,11 +81,12 @@ def replace_folder(tmp: Path, out_dir: Path) -> None:
         os.replace(tmp, out_dir)
 
 
-def float_source(src: Path, converter: str) -> Manifest:
+def float_source(src: Path, converter: str, adapter_graphs: bool = False) -> Manifest:
     """The manifest of the float32 bundle a converter (`converter` names it) derives a bundle from; a bundle that
-    is already converted, or has adapter graphs, is refused with the fix."""
+    is already converted, or has adapter graphs the converter does not take (`adapter_graphs`), is refused with
+    the fix."""
     manifest = read_manifest(src)
-    if manifest.extras.get("mtp", {}).get("adapter_graphs"):
+    if manifest.extras.get("mtp", {}).get("adapter_graphs") and not adapter_graphs:
         raise ValueError(f"{src} has MTP adapter graphs (lora_gate input), which {converter} does not handle yet: "
                          "convert the plain bundle instead")
     if any(g.precision != "float32" for g in manifest.graphs):
@@ -95,11 +96,13 @@ def float_source(src: Path, converter: str) -> Manifest:
 
 
 def copy_host_files(src: Path, manifest: Manifest, dst: Path) -> None:
-    """The tokenizer, the embedding table and learned mask embeddings (host-side inputs, whatever the graphs'
-    precision), which a derived (quantized, compiled) bundle keeps as they are."""
+    """The tokenizer, the embedding table, learned mask embeddings and an adapter's sampler files (host-side
+    inputs, whatever the graphs' precision), which a derived (quantized, compiled) bundle keeps as they are."""
     names = [manifest.tokenizer.file, manifest.embeddings_file]
-    masks = (manifest.extras.get("mtp") or {}).get("masks_file")
-    if masks:
-        names.append(masks)
+    mtp = manifest.extras.get("mtp") or {}
+    # learned masks, an adapter's host-side sampler head and its output matrix (when not the embedding table)
+    names += [mtp[key] for key in ("masks_file", "sampler_file") if mtp.get(key)]
+    if mtp.get("unembedding") not in (None, "embeddings"):
+        names.append(mtp["unembedding"])
     for name in names:
         shutil.copy2(src / name, dst / name)

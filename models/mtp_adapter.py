@@ -79,7 +79,8 @@ class GatedLoRALinear(nn.Module):
         if gate is None:
             return y
         low = (x @ self.lora_A.t()) * gate.unsqueeze(-1)  # gating the rank-r product: cheaper than gating y
-        return y + (low @ self.lora_B.t()) * self.scale
+        # the scale on the weights: an exported graph folds it into its initializer (one node less per layer)
+        return y + low @ (self.lora_B * self.scale).t()
 
 
 class SamplerHead(nn.Module):

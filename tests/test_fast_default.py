@@ -54,8 +54,12 @@ def test_without_a_bundle_a_gguf_model_gets_the_fast_bundle_and_float32_is_one_f
     assert bundles.ensure_bundle(None, gguf, 512, say=lambda _: None).name.endswith(f"-cl512-{bundles.FAST_LABEL}")
     hf = bundles.ensure_bundle(None, str(tmp_path / "hf-folder"), 512, say=lambda _: None)
     assert hf.name.endswith("-cl512") and exported[-1][2] is None  # no grid to keep: float32
-    mtp = bundles.ensure_bundle(None, None, 1024, say=lambda _: None, mtp=True)
-    assert mtp.name.endswith("-mtp") and exported[-1][2:] == (None, "default")  # adapter graphs stay float32
+    monkeypatch.setattr(bundles, "_predates_shipped_adapter", lambda folder: False)
+    mtp = bundles.ensure_bundle(None, None, 1024, say=lambda _: None, mtp=True)  # the adapter on the fast recipe
+    assert mtp.name.endswith(f"-cl1024-mtp-{bundles.FAST_LABEL}") and exported[-1][2:] == (FAST, "default")
+    assert configs[-1].decode_widths == bundles.FAST_DECODE_WIDTHS
+    mtp32 = bundles.ensure_bundle(None, None, 1024, say=lambda _: None, mtp=True, precision="float32")
+    assert mtp32.name.endswith("-cl1024-mtp") and exported[-1][2:] == (None, "default")
     with pytest.raises(ValueError, match="choose one of auto, float32"):
         bundles.ensure_bundle(None, None, 1024, precision="int3")
 
@@ -168,7 +172,10 @@ def test_export_auto_gets_the_fast_buckets_and_an_adapter_stays_float32(tmp_path
     assert seen[-1][1].context_buckets == () and seen[-1][1].decode_widths == (1, 16)
     assert main(["export", gguf, "--out", str(tmp_path / "d"), "--context-buckets", "128"]) == 0
     assert seen[-1][1].context_buckets == (128,)
-    assert main(["export", gguf, "--mtp-adapter", "a.pt"]) == 0
+    assert main(["export", gguf, "--mtp-adapter", "a.pt"]) == 0  # the adapter on the fast recipe
+    assert seen[-1][1].quantization == FAST and seen[-1][1].context_buckets == (256, 512)
+    assert seen[-1][0].name.endswith(f"-mtp-{bundles.FAST_LABEL}")
+    assert main(["export", gguf, "--mtp-adapter", "a.pt", "--precision", "float32"]) == 0
     assert seen[-1][1].quantization is None and seen[-1][1].context_buckets == ()
     assert seen[-1][0].name.endswith("-mtp")
 

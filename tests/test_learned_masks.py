@@ -189,8 +189,11 @@ def test_the_mtp_drafter_gets_the_default_model_with_the_shipped_adapter_in_its_
     monkeypatch.setattr(writer, "export_bundle", fake_export)
     monkeypatch.setattr(bundles, "read_manifest",  # only the fields the check reads
                         lambda folder: SimpleNamespace(**json.loads((folder / "manifest.json").read_text())))
+    monkeypatch.setattr(bundles, "_recipe_differs", lambda folder: False)  # the fake manifest records no recipe
+    monkeypatch.setattr(bundles, "_other_decode_widths", lambda folder: None)
     folder = bundles.ensure_bundle(None, None, 1024, say=lambda _: None, mtp=True)
-    assert folder == bundles.default_bundle_dir(None, 1024, "mtp") != bundles.default_bundle_dir(None, 1024)
+    fast = bundles.default_bundle_dir(None, 1024, bundles.FAST_LABEL)
+    assert folder == bundles.default_bundle_dir(None, 1024, f"mtp-{bundles.FAST_LABEL}") != fast
     assert exported == [(None, folder, "default")]
     assert bundles.ensure_bundle(None, None, 1024, say=lambda _: None, mtp=True) == folder and len(exported) == 1
     for older in ("f" * 64, ""):  # another adapter's bundle; one exported before the SHA-256 was recorded

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from mtpedge.export.bundle_writer import ExportConfig, export_bundle
+from mtpedge.export.quantize_bundle import QuantConfig
 from mtpedge.models.loading import load_model
 from mtpedge.models.mtp_adapter import MtpAdapter, MtpConfig
 from mtpedge.models.mtp_training import MtpTrainer, TrainConfig, save_checkpoint
@@ -225,6 +226,38 @@ def test_mtp_drafter_checks_its_settings(mtp_bundle):
         make_drafter("mtp", engine, mtp_layout="quadratic", lookup=True)
 
 
+# int8 weights on int8-activation kernels over fused ops, as the fast recipe (the tiny model has no GGUF grid)
+QUANTIZED = QuantConfig(weights="int8", block_size=16, accuracy_level=4, fine_activation_roles=("down_proj",),
+                        fused_ops=True, quality_report=False)
+
+
+def test_a_quantized_adapter_bundle_keeps_the_lora_float_and_decodes_losslessly(tiny_model_dir, tmp_path):
+    import onnx
+
+    model = tiny_model_dir("llama")
+    save_checkpoint(tmp_path / "adapter.pt", MtpTrainer(_random_adapter(model, MtpConfig(k=3, rank=4, sampler=True)),
+                                                        TrainConfig()), {"name": "tiny"}, {})
+    shapes = {"context": TINY_CONTEXT, "prefill_width": TINY_PREFILL, "decode_widths": TINY_DECODE_WIDTHS,
+              "quantization": QUANTIZED}
+    folder = export_bundle(model, tmp_path / "mtp", ExportConfig(mtp_adapter=str(tmp_path / "adapter.pt"), **shapes))
+    base = Engine.load(export_bundle(model, tmp_path / "base", ExportConfig(learned_masks="none", **shapes)), threads=1)
+    engine = Engine.load(folder, threads=1)
+    assert {g.precision for g in engine.manifest.graphs} == {QUANTIZED.label}
+    graph = onnx.load(str(folder / engine.manifest.graphs[1].file), load_external_data=False)
+    ops = [node.op_type for node in graph.graph.node]
+    # every base projection is a MatMulNBits; the two LoRA factors of the 7 projections of each layer stay MatMul
+    assert "MatMulNBits" in ops and ops.count("MatMul") == engine.config.num_layers * (7 * 2 + 2)
+    for prompt in PROMPTS:  # gate 0: the base model's quantized graphs, bit for bit
+        base.reset(), engine.reset()
+        np.testing.assert_array_equal(engine.prefill(prompt), base.prefill(prompt))
+    for prompt in PROMPTS:
+        plain = generate(engine, prompt, max_new_tokens=40, stop_token_ids=set())
+        drafter = make_drafter("mtp", engine)
+        assert drafter.settings["sampler"]  # the host sampler head came along
+        result = generate(engine, prompt, max_new_tokens=40, stop_token_ids=set(), drafter=drafter)
+        assert result.token_ids == plain.token_ids and result.stats.decode_calls < 40
+
+
 def test_expansion_pool_keeps_the_best_children_of_each_depth():
     from mtpedge.runtime.tree_build import expansion_pool
 
@@ -256,14 +289,16 @@ def test_sampler_candidates_agree_with_the_single_best_token(mtp_bundle):
         assert tokens[row, 0] == head.best_token(head.hidden(int(token), hidden), plain)
 
 
-def test_adapter_bundles_refuse_quantization(mtp_bundle, tmp_path):
-    from mtpedge.export.quantize_bundle import QuantConfig, quantize_bundle
+def test_adapter_bundles_refuse_the_qdq_converter(mtp_bundle, tmp_path):
+    from mtpedge.export.qdq import QdqConfig
+    from mtpedge.export.qdq_bundle import qdq_bundle
 
     folder, _ = mtp_bundle()
     with pytest.raises(ValueError, match="lora_gate"):
-        quantize_bundle(folder, tmp_path / "q", QuantConfig(weights="int8"))
-    with pytest.raises(ValueError, match="float32 only"):
-        ExportConfig(mtp_adapter="adapter.pt", quantization=QuantConfig(weights="int8"))
+        qdq_bundle(folder, tmp_path / "q", QdqConfig())
+    with pytest.raises(ValueError, match="float32 or MatMulNBits"):
+        ExportConfig(mtp_adapter="adapter.pt", quantization=QdqConfig())
+    assert not (tmp_path / "q").exists()
 
 
 def test_a_path_ending_without_masks_drafts_from_its_deepest_ancestor_with_masks(mtp_bundle):
