@@ -23,6 +23,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from mtpedge.runtime.contract import LORA_GATE
+
 from .block_weights import BlockWeights, quantize_rtn
 from .integer_gemm import to_integer_gemm
 from .matmul_nbits import MatMulRewriter, weight_matmuls
@@ -176,20 +178,38 @@ def _read_external(tensor: onnx.TensorProto, folder: Path) -> np.ndarray:
     return np.frombuffer(data, dtype=dtype).reshape(tuple(tensor.dims))
 
 
-def quantize_graph(src_file: Path, source: WeightSource, weights_file: SharedWeights,
-                   lora_rank: int = 0) -> tuple[onnx.ModelProto, int]:
-    """One graph's weight MatMuls as MatMulNBits. `lora_rank` > 0: an MTP adapter graph, whose low-rank LoRA
-    MatMuls (a side of at most that many) stay float32: they are small, and the GGUF holds no grid for them."""
+def lora_matmuls(model: onnx.ModelProto) -> set[str]:
+    """The names of an MTP adapter graph's gated-LoRA MatMuls, found by structure: each projection's low-rank
+    product `x @ A` feeds a Mul by the (unsqueezed) `lora_gate` input, whose result feeds `@ B`. Empty for a
+    graph without that input."""
+    produced = {out: node for node in model.graph.node for out in node.output}
+    gate = {LORA_GATE} | {out for node in model.graph.node if node.op_type == "Unsqueeze" and node.input[0] == LORA_GATE
+                          for out in node.output}
+    found = set()
+    for node in model.graph.node:
+        if node.op_type != "Mul" or not gate & set(node.input):
+            continue
+        low = next((produced.get(name) for name in node.input if name not in gate), None)
+        if low is not None and low.op_type == "MatMul":
+            found.add(low.name)
+        found.update(n.name for n in model.graph.node if n.op_type == "MatMul" and node.output[0] in n.input)
+    return found
+
+
+def quantize_graph(src_file: Path, source: WeightSource, weights_file: SharedWeights) -> tuple[onnx.ModelProto, int]:
+    """One graph's weight MatMuls as MatMulNBits. An MTP adapter graph's LoRA MatMuls stay float32: they are
+    small, and the GGUF holds no grid for them."""
     model = onnx.load(str(src_file), load_external_data=False)
     folder = src_file.parent
     rewriter = MatMulRewriter(model)
+    lora = lora_matmuls(model)
     # MatMuls of one input whose blocks run on one kernel become one MatMulNBits (matmul_nbits.py): grouped by
     # input, K, bits, block, accuracy level and minima, in graph order
     groups: dict[tuple, list[tuple[onnx.NodeProto, BlockWeights]]] = {}
     for matmul in weight_matmuls(model):
-        init = next(t for t in model.graph.initializer if t.name == matmul.weight_name)
-        if min(init.dims) <= lora_rank:
+        if matmul.node.name in lora:
             continue
+        init = next(t for t in model.graph.initializer if t.name == matmul.weight_name)
         weights = source.weights_for(_read_external(init, folder), matmul.is_output_layer)
         if weights is not None:
             is_8bit = weights.bits == 8
@@ -234,9 +254,8 @@ def quantize_bundle(
         shared = SharedWeights(tmp / QUANT_WEIGHTS_FILE)
         entries = []
         try:
-            lora_rank = (manifest.extras.get("mtp") or {}).get("rank", 0) if _has_adapter_graphs(manifest) else 0
             for i, entry in enumerate(manifest.graphs, 1):
-                model, replaced = quantize_graph(src / entry.file, source, shared, lora_rank)
+                model, replaced = quantize_graph(src / entry.file, source, shared)
                 onnx.save_model(model, tmp / entry.file)
                 entries.append(replace(entry, precision=config.label))
                 say(f"[{i}/{len(manifest.graphs)}] quantized {entry.name}: {replaced} MatMuls -> MatMulNBits")
@@ -252,10 +271,6 @@ def quantize_bundle(
         write_manifest_with_quality(tmp, src, new, config.quality_report, say)
     say(f"quantized bundle written to {out_dir} ({time.perf_counter() - started:.1f} s)")
     return out_dir
-
-
-def _has_adapter_graphs(manifest) -> bool:
-    return bool((manifest.extras.get("mtp") or {}).get("adapter_graphs"))
 
 
 def _bundle_bytes(folder: Path) -> int:
