@@ -1,6 +1,6 @@
 """The trained SmolLM2 adapter (slow): lossless on Spec-Bench questions and better than one token per call.
 
-Runs on the adapter shipped for the default model (exported once into the cache's `-mtp` bundle, as
+Runs on the adapter shipped for the default model (exported once into the cache's `-mtp-<fast label>` bundle, as
 `mtpedge generate --drafter mtp` does), or on the bundle named by MTPEDGE_MTP_BUNDLE (README, "Trained
 multi-token adapter"); skipped only when neither exists.
 """
