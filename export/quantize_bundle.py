@@ -182,17 +182,23 @@ def lora_matmuls(model: onnx.ModelProto) -> set[str]:
     """The names of an MTP adapter graph's gated-LoRA MatMuls, found by structure: each projection's low-rank
     product `x @ A` feeds a Mul by the (unsqueezed) `lora_gate` input, whose result feeds `@ B`. Empty for a
     graph without that input."""
-    produced = {out: node for node in model.graph.node for out in node.output}
-    gate = {LORA_GATE} | {out for node in model.graph.node if node.op_type == "Unsqueeze" and node.input[0] == LORA_GATE
+    nodes = model.graph.node
+    produced = {out: node for node in nodes for out in node.output}
+    matmuls_of: dict[str, list[str]] = {}  # input name -> the MatMuls reading it
+    for node in nodes:
+        if node.op_type == "MatMul":
+            for name in node.input:
+                matmuls_of.setdefault(name, []).append(node.name)
+    gate = {LORA_GATE} | {out for node in nodes if node.op_type == "Unsqueeze" and node.input[0] == LORA_GATE
                           for out in node.output}
     found = set()
-    for node in model.graph.node:
+    for node in nodes:
         if node.op_type != "Mul" or not gate & set(node.input):
             continue
         low = next((produced.get(name) for name in node.input if name not in gate), None)
         if low is not None and low.op_type == "MatMul":
             found.add(low.name)
-        found.update(n.name for n in model.graph.node if n.op_type == "MatMul" and node.output[0] in n.input)
+        found.update(matmuls_of.get(node.output[0], []))
     return found
 
 

@@ -79,7 +79,7 @@ class GatedLoRALinear(nn.Module):
         if gate is None:
             return y
         low = (x @ self.lora_A.t()) * gate.unsqueeze(-1)  # gating the rank-r product: cheaper than gating y
-        # the scale on the weights: an exported graph folds it into its initializer (one node less per layer)
+        # the scale on the weights: an exported graph folds it into its initializer (one Mul less per projection)
         return y + low @ (self.lora_B * self.scale).t()
 
 
