@@ -74,18 +74,19 @@ def main() -> int:
     parser.add_argument("--sweep-repeats", type=int, default=10)
     parser.add_argument("--only", help="comma-separated names (none always runs), e.g. esp-lora,mtp-quadratic, or "
                              "NAME=adapter|masks:SPEC for a drafter spec on that bundle")
-    parser.add_argument("--cost-model", default="none", metavar="none|measured|flat|FILE",
+    parser.add_argument("--cost-model", default="none", metavar="none|measured|remeasure|flat|FILE",
                         help="the cost table of both bundles' engines, for drafters that size their trees (lookup, "
-                             "hybrid; default none: trees fill their width, as in the runs before the fast bundle)")
+                             "hybrid), as `mtpedge generate --cost-model` reads it (measured: cached per bundle and "
+                             "machine); default none: trees fill their width, as in the runs before the fast bundle")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     bundles = {"adapter": args.adapter_bundle, "masks": args.masks_bundle}
     engines = {key: Engine.load(folder, threads=args.threads) for key, folder in bundles.items()}
     if args.cost_model != "none":
-        from mtpedge.runtime.cost_measure import cost_table_from_option
+        from mtpedge.bundles import attach_cost_table
 
         for engine in engines.values():
-            engine.cost_table = cost_table_from_option(engine, args.cost_model, None)
+            attach_cost_table(engine, args.cost_model, say=lambda msg: print(msg, file=sys.stderr))
     methods = [DrafterMethod(engines[key], spec, name=name) for name, key, spec in chosen(args.only)]
     settings = BenchSettings(bundle=args.adapter_bundle, questions=args.questions, categories=args.categories,
                              limit=args.limit, pick=args.pick, turns=1, max_new_tokens=args.max_new_tokens,

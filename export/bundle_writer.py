@@ -66,7 +66,7 @@ class ExportConfig:
                              f"({self.context}), got {self.context_buckets}")
         if len(set(self.decode_widths)) != len(self.decode_widths):
             raise ValueError(f"decode widths repeat: {self.decode_widths}")
-        if self.mtp_adapter and not _masks_fit(self):
+        if self.mtp_adapter and not _float_or_nbits(self):
             raise ValueError("a bundle with an MTP adapter is float32 or MatMulNBits (gguf/int8/int4) only (the QDQ "
                              "converter does not handle the lora_gate input yet): export it with another "
                              "--precision and no --target")
@@ -75,7 +75,7 @@ class ExportConfig:
         if self.learned_masks not in ("auto", "none"):
             if self.mtp_adapter:
                 raise ValueError("--masks and --mtp-adapter both give learned masks: pass one of them")
-            if not _masks_fit(self):
+            if not _float_or_nbits(self):
                 raise ValueError("learned masks are attached to float32 and MatMulNBits (gguf/int8/int4) bundles "
                                  "only, not QDQ ones (their calibration saw no mask slots): export with another "
                                  "--precision and no --target")
@@ -138,8 +138,10 @@ def export_bundle(
     return out_dir
 
 
-def _masks_fit(config: ExportConfig) -> bool:
-    """Learned masks are host-side embeddings: any graph takes them, but a QDQ graph was calibrated without."""
+def _float_or_nbits(config: ExportConfig) -> bool:
+    """Whether the graphs stay float32 or become MatMulNBits (not QDQ / QNN). What learned masks and an MTP adapter
+    need: masks are host-side embeddings that any graph takes, but a QDQ graph was calibrated without them, and the
+    QDQ converter does not handle the adapter's lora_gate input."""
     from .quantize_bundle import QuantConfig
 
     return config.target_soc is None and (config.quantization is None or isinstance(config.quantization, QuantConfig))
@@ -166,7 +168,7 @@ def _learned_masks(config: ExportConfig, loaded: LoadedModel):
         return None
     if choice == "auto":
         shipped = default_masks_path()
-        if shipped is None or not _masks_fit(config):
+        if shipped is None or not _float_or_nbits(config):
             return None
         learned = load_masks_file(shipped)
         if learned.source_sha256 != loaded.source_sha256:
