@@ -22,7 +22,15 @@ from mtpedge.runtime.generate import accepted_drafts, calls_reaching_depth
 from .runner import BASELINE, Row
 
 OVERALL = "overall"
-REFERENCE_PEER = "llama.cpp"
+# the peer the "vs llama.cpp" ratios divide by: llama.cpp's own tool when it ran (what its users run; the binding's
+# Python loop costs 3-6% on a fast CPU, benchmarks/results/fast/README.md section 29), else the binding
+REFERENCE_PEERS = ("llama.cpp-native", "llama.cpp")
+
+
+def reference_peer(rows: Sequence[Row]) -> str:
+    """The first of REFERENCE_PEERS with a turn in `rows` (the binding's name when neither ran)."""
+    ran = {r.method for r in rows if not r.skipped}
+    return next((p for p in REFERENCE_PEERS if p in ran), REFERENCE_PEERS[-1])
 
 
 def accepted_histogram(rows: Sequence[Row]) -> dict[int, int] | None:
@@ -93,9 +101,11 @@ def summarize_group(rows: Sequence[Row], baseline_rows: dict[tuple, Row],
     }
 
 
-def summarize(rows: Sequence[Row], baseline: str = BASELINE, peer: str = REFERENCE_PEER
+def summarize(rows: Sequence[Row], baseline: str = BASELINE, peer: str | None = None
               ) -> dict[str, dict[str, dict]]:
-    """{method: {category: figures, ..., "overall": figures}}, methods and categories in first-seen order."""
+    """{method: {category: figures, ..., "overall": figures}}, methods and categories in first-seen order;
+    `vs_reference_peer` against `peer` (default: reference_peer(rows))."""
+    peer = peer or reference_peer(rows)
     baseline_rows = {(r.question_id, r.turn): r for r in rows if r.method == baseline and not r.skipped}
     peer_rows = {(r.question_id, r.turn): r for r in rows if r.method == peer and not r.skipped}
     groups: dict[str, dict[str, list[Row]]] = defaultdict(lambda: defaultdict(list))

@@ -26,7 +26,7 @@ def _fmt(value, spec: str = ".2f", none: str = "–") -> str:
 
 
 def method_table(doc: dict) -> list[str]:
-    lines = ["| method | kind | τ | decode calls | new tokens | tokens/s | speed-up vs none | vs llama.cpp | "
+    lines = [f"| method | kind | τ | decode calls | new tokens | tokens/s | speed-up vs none | vs {_peer(doc)} | "
              "same as none | first token s | graph / host ms per call | RSS added at load MB | process peak RSS MB | "
              "load s |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -41,6 +41,11 @@ def method_table(doc: dict) -> list[str]:
                            same, _fmt(s["first_token_s"], ".3f"), _per_call(s), _rss_added(m),
                            _fmt(m.get("peak_rss_mb"), ".0f"), _fmt(m.get("load_s"), ".1f")]))
     return lines
+
+
+def _peer(doc: dict) -> str:
+    """The peer the "vs" ratios divide by (reports before the native peers have no record: the binding)."""
+    return doc.get("reference_peer", "llama.cpp")
 
 
 def _row(cells: list) -> str:
@@ -72,7 +77,7 @@ def category_table(doc: dict) -> list[str]:
                 continue
             tps = f"{_fmt(s['tokens_per_s'], '.1f')} tok/s"
             if s.get("vs_reference_peer") is not None:
-                tps += f", {_fmt(s['vs_reference_peer'])}× llama.cpp"
+                tps += f", {_fmt(s['vs_reference_peer'])}× {_peer(doc)}"
             cells.append(f"τ {_fmt(s['tau'])}, {_fmt(s['speedup'])}×, {tps}" if s["tau"] is not None
                          else f"{_fmt(s['speedup'])}×, {tps}")
         lines.append(_row([cat, *cells]))
@@ -151,7 +156,7 @@ def markdown(doc: dict) -> str:
            f"{m.get('load_average_at_end')} at end. {doc['timing_note']}", *_row_probe_line(m),
            *([f"llama.cpp's build: {m['llama_cpp_features']}"] if m.get("llama_cpp_features") else []), "",
            "## All questions", "", *method_table(doc), "",
-           "## Per category (τ, speed-up vs none, mean tokens/s, vs llama.cpp)", "", *category_table(doc), "",
+           f"## Per category (τ, speed-up vs none, mean tokens/s, vs {_peer(doc)})", "", *category_table(doc), "",
            "## Drafts accepted per decode call", "", *acceptance_table(doc), ""]
     sizing = sizing_table(doc)
     if sizing:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from mtpedge.runtime.bundle import files_sha256
 
-from .aggregate import summarize
+from .aggregate import reference_peer, summarize
 from .machine import describe_machine, load_average
 from .memory import RssMonitor, current_rss_mb
 from .methods import DrafterMethod, Method
@@ -51,6 +51,7 @@ class BenchSettings:
     sweep: bool = True
     sweep_repeats: int = 10
     optimum_python: Path | None = None
+    llama_cpp_bin: Path | None = None  # llama.cpp's own tools (the llama.cpp-native peers)
     lookup_tokens: int = 10
     work_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "mtpedge" / "bench")
     quick: bool = False
@@ -128,7 +129,8 @@ def load_methods(names: Sequence[str], engine: Engine, settings: BenchSettings,
 
     peer_config = PeerConfig(model=settings.model or Path("."), threads=settings.threads, context=engine.context,
                              eos_token_ids=tuple(engine.stop_token_ids), lookup_tokens=settings.lookup_tokens,
-                             optimum_python=settings.optimum_python, work_dir=settings.work_dir)
+                             optimum_python=settings.optimum_python, work_dir=settings.work_dir,
+                             llama_cpp_bin=settings.llama_cpp_bin)
     methods, statuses = [], []
     explicit = set(settings.methods) - {ALL}
     for name in names:
@@ -207,6 +209,7 @@ def bench_document(settings: BenchSettings, engine: Engine, methods: Sequence[Me
         "timing_note": TIMING_NOTE,
         "methods": statuses,
         "summary": summarize(rows),
+        "reference_peer": reference_peer(rows),
         "rows": [r.to_dict() for r in rows],
         "sweep": sweep,
         "elapsed_s": time.perf_counter() - started,

@@ -25,7 +25,8 @@ def side_by_side(docs: list[dict]) -> dict:
 def threads_markdown(docs: list[dict], folders: list[str]) -> str:
     threads = [doc["settings"]["threads"] for doc in docs]
     table = side_by_side(docs)
-    head = "| method | " + " | ".join(f"τ @{t} | tok/s @{t} | ×none @{t} | ×llama.cpp @{t}" for t in threads) + " |"
+    peer = docs[0].get("reference_peer", "llama.cpp")
+    head = "| method | " + " | ".join(f"τ @{t} | tok/s @{t} | ×none @{t} | ×{peer} @{t}" for t in threads) + " |"
     lines = [f"# mtpedge bench at {', '.join(map(str, threads))} thread(s): {docs[0]['settings']['bundle_name']}", "",
              f"{docs[0]['settings']['questions_run']} questions ({docs[0]['settings']['selection']}), "
              f"{docs[0]['settings']['max_new_tokens']} new tokens max, greedy. One run per thread count, each "

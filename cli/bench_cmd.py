@@ -64,8 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--turns", type=int, help="answer only the first N turns of each question (default: all)")
     parser.add_argument("--max-new-tokens", type=int, help="new tokens per turn (default 128; --quick 8)")
     parser.add_argument("--methods", type=_methods, default=("all",),
-                        help="comma-separated mtpedge drafters and peers (llama.cpp, llama.cpp-lookup, transformers, "
-                             "transformers-lookup, optimum-ort); 'all' = every drafter and every peer found "
+                        help="comma-separated mtpedge drafters and peers (llama.cpp, llama.cpp-lookup, "
+                             "llama.cpp-native, llama.cpp-native-lookup, transformers, transformers-lookup, "
+                             "optimum-ort); 'all' = every drafter and every peer found "
                              "(default; --quick: mtpedge drafters only; lossy drafters only when named). `none` always "
                              "runs: it is the baseline. A drafter is a spec with its options, e.g. esp:mask_init=soft "
                              "or hybrid:width=32 (`mtpedge drafters`). Naming mtp runs every method on the default "
@@ -78,6 +79,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lookup-tokens", type=int, default=10, help="draft length of the peers' prompt lookup")
     parser.add_argument("--cost-model", default="measured", metavar="measured|remeasure|flat|FILE",
                         help=COST_MODEL_HELP)
+    parser.add_argument("--llama-cpp-bin", type=Path, default=os.environ.get("MTPEDGE_LLAMA_CPP_BIN"),
+                        help="folder of llama.cpp's own llama-completion and llama-lookup, for the llama.cpp-native "
+                             "peers (default $MTPEDGE_LLAMA_CPP_BIN or ./.venv/llama.cpp/bin)")
     parser.add_argument("--optimum-python", type=Path, default=os.environ.get("MTPEDGE_OPTIMUM_PYTHON"),
                         help="python of a venv with optimum-onnx (default $MTPEDGE_OPTIMUM_PYTHON or "
                              "./.venv-optimum/bin/python)")
@@ -155,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
         threads=args.threads[0], model=args.model or _default_model(bundle),
         sweep_bundles=tuple(Path(b) for b in args.sweep_bundles or ()), sweep=not args.no_sweep,
         sweep_repeats=args.sweep_repeats or (2 if args.quick else 10), optimum_python=optimum_python,
+        llama_cpp_bin=(args.llama_cpp_bin or Path(".venv/llama.cpp/bin")).absolute(),
         lookup_tokens=args.lookup_tokens, quick=args.quick, time_limit_s=args.time_limit,
         cost_model="measured" if args.cost_model == "remeasure" else args.cost_model,
         cost_cache=None if args.cost_model == "remeasure" else cache_root() / "costs")

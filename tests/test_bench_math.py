@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mtpedge.bench.aggregate import OVERALL, acceptance_by_depth, summarize, tau
+from mtpedge.bench.aggregate import OVERALL, acceptance_by_depth, reference_peer, summarize, tau
 from mtpedge.bench.methods import MethodRun
 from mtpedge.bench.questions import (
     SPEC_BENCH,
@@ -91,7 +91,8 @@ def test_spread_picks_evenly_over_each_category_and_between_picks_none_of_spread
 
 def test_resolve_methods_expands_all_and_always_keeps_the_baseline():
     assert resolve_methods(["all"], ["none", "lookup"]) == [
-        "none", "lookup", "llama.cpp", "llama.cpp-lookup", "transformers", "transformers-lookup", "optimum-ort"]
+        "none", "lookup", "llama.cpp", "llama.cpp-lookup", "llama.cpp-native", "llama.cpp-native-lookup",
+        "transformers", "transformers-lookup", "optimum-ort"]
     assert resolve_methods(["transformers", "lookup"], ["none", "lookup"]) == ["none", "transformers", "lookup"]
     with pytest.raises(ValueError, match="method 'eagle' is neither a peer .* nor a drafter: unknown drafter"):
         resolve_methods(["eagle"], ["none"])
@@ -250,6 +251,15 @@ def test_ratios_against_llama_cpp_pair_the_same_turns():
     assert s["hybrid"][OVERALL]["vs_reference_peer"] == pytest.approx(30.0 / 20.0)
     assert s["none"][OVERALL]["vs_reference_peer"] == pytest.approx(10.0 / 20.0)
     assert summarize(rows[:4])["hybrid"][OVERALL]["vs_reference_peer"] is None  # no llama.cpp in the run
+
+
+def test_llama_cpps_own_tool_is_the_reference_when_it_ran():
+    rows = [_row(1, "writing", 1, "none", 11, 10.0), _row(1, "writing", 1, "llama.cpp", 11, 20.0)]
+    assert reference_peer(rows) == "llama.cpp"
+    rows.append(_row(1, "writing", 1, "llama.cpp-native", 11, 25.0))
+    assert reference_peer(rows) == "llama.cpp-native"
+    assert summarize(rows)["none"][OVERALL]["vs_reference_peer"] == pytest.approx(10.0 / 25.0)
+    assert summarize(rows, peer="llama.cpp")["none"][OVERALL]["vs_reference_peer"] == pytest.approx(10.0 / 20.0)
 
 
 def test_skip_leaves_out_the_first_questions_of_each_category():

@@ -15,6 +15,8 @@ from pathlib import Path
 PEERS = {
     "llama.cpp": ("llama_cpp_peer", "llama-cpp-python (pip install llama-cpp-python==0.3.36, a ~10 min source build)"),
     "llama.cpp-lookup": ("llama_cpp_peer", "llama-cpp-python, as llama.cpp"),
+    "llama.cpp-native": ("llama_cpp_native", "llama.cpp's llama-completion (scripts/setup_bench_peers.sh builds it)"),
+    "llama.cpp-native-lookup": ("llama_cpp_native", "llama.cpp's llama-lookup (scripts/setup_bench_peers.sh)"),
     "transformers": ("transformers_peer", "transformers and torch (pip install 'mtpedge[export]')"),
     "transformers-lookup": ("transformers_peer", "transformers and torch, as transformers"),
     "optimum-ort": ("optimum_peer", "a separate venv with optimum-onnx (see --optimum-python)"),
@@ -30,6 +32,7 @@ class PeerConfig:
     lookup_tokens: int = 10  # draft length of the prompt-lookup peers (llama.cpp's and transformers' default)
     optimum_python: Path | None = None  # python of the optimum-onnx venv
     work_dir: Path | None = None  # where converted models are cached
+    llama_cpp_bin: Path | None = None  # folder of llama.cpp's own tools (None: .venv/llama.cpp/bin)
 
 
 def _has(module: str) -> bool:
@@ -46,6 +49,10 @@ def peer_missing_reason(name: str, config: PeerConfig) -> str | None:
             return f"not installed: {PEERS[name][1]}"
         if not is_gguf:
             return f"llama.cpp needs a GGUF file, the model is {config.model}"
+        if name.startswith("llama.cpp-native"):
+            from .llama_cpp_native import native_missing_reason
+
+            return native_missing_reason(name, config.llama_cpp_bin)
     if name.startswith("transformers") and not (_has("transformers") and _has("torch")):
         return f"not installed: {PEERS[name][1]}"
     if name == "optimum-ort":
