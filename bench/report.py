@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from .aggregate import OVERALL
+from .aggregate import OVERALL, REFERENCE_PEERS
 
 SCHEMA = "mtpedge-bench/1"
 REQUIRED_FIGURES = ("questions", "turns", "new_tokens", "decode_calls", "tau", "tokens_per_s", "speedup",
@@ -26,8 +26,9 @@ def _fmt(value, spec: str = ".2f", none: str = "–") -> str:
 
 
 def method_table(doc: dict) -> list[str]:
-    lines = [f"| method | kind | τ | decode calls | new tokens | tokens/s | speed-up vs none | vs {_peer(doc)} | "
-             "same as none | first token s | graph / host ms per call | RSS added at load MB | process peak RSS MB | "
+    lines = ["| method | kind | τ | decode calls | new tokens | tokens/s | speed-up vs none | "
+             f"vs {reference_peer_of(doc)} | same as none | first token s | graph / host ms per call | "
+             "RSS added at load MB | process peak RSS MB | "
              "load s |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for m in doc["methods"]:
@@ -43,9 +44,9 @@ def method_table(doc: dict) -> list[str]:
     return lines
 
 
-def _peer(doc: dict) -> str:
-    """The peer the "vs" ratios divide by (reports before the native peers have no record: the binding)."""
-    return doc.get("reference_peer", "llama.cpp")
+def reference_peer_of(doc: dict) -> str:
+    """The peer a report's "vs" ratios divide by (reports before the native peers have no record: the binding)."""
+    return doc.get("reference_peer", REFERENCE_PEERS[-1])
 
 
 def _row(cells: list) -> str:
@@ -77,7 +78,7 @@ def category_table(doc: dict) -> list[str]:
                 continue
             tps = f"{_fmt(s['tokens_per_s'], '.1f')} tok/s"
             if s.get("vs_reference_peer") is not None:
-                tps += f", {_fmt(s['vs_reference_peer'])}× {_peer(doc)}"
+                tps += f", {_fmt(s['vs_reference_peer'])}× {reference_peer_of(doc)}"
             cells.append(f"τ {_fmt(s['tau'])}, {_fmt(s['speedup'])}×, {tps}" if s["tau"] is not None
                          else f"{_fmt(s['speedup'])}×, {tps}")
         lines.append(_row([cat, *cells]))
@@ -156,7 +157,8 @@ def markdown(doc: dict) -> str:
            f"{m.get('load_average_at_end')} at end. {doc['timing_note']}", *_row_probe_line(m),
            *([f"llama.cpp's build: {m['llama_cpp_features']}"] if m.get("llama_cpp_features") else []), "",
            "## All questions", "", *method_table(doc), "",
-           f"## Per category (τ, speed-up vs none, mean tokens/s, vs {_peer(doc)})", "", *category_table(doc), "",
+           f"## Per category (τ, speed-up vs none, mean tokens/s, vs {reference_peer_of(doc)})", "",
+           *category_table(doc), "",
            "## Drafts accepted per decode call", "", *acceptance_table(doc), ""]
     sizing = sizing_table(doc)
     if sizing:

@@ -201,6 +201,7 @@ def bench_document(settings: BenchSettings, engine: Engine, methods: Sequence[Me
             status["peak_rss_mb"] = monitor.peaks[status["name"]]
     sweep = _sweep(settings, say) if settings.sweep else None
     machine["load_average_at_end"] = load_average()
+    peer = reference_peer(rows)
     return {
         "schema": SCHEMA,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -208,8 +209,8 @@ def bench_document(settings: BenchSettings, engine: Engine, methods: Sequence[Me
         "machine": machine,
         "timing_note": TIMING_NOTE,
         "methods": statuses,
-        "summary": summarize(rows),
-        "reference_peer": reference_peer(rows),
+        "summary": summarize(rows, peer=peer),
+        "reference_peer": peer,
         "rows": [r.to_dict() for r in rows],
         "sweep": sweep,
         "elapsed_s": time.perf_counter() - started,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .aggregate import OVERALL
-from .report import _fmt
+from .report import _fmt, reference_peer_of
 
 
 def _ran(doc: dict) -> list[str]:
@@ -25,7 +25,7 @@ def side_by_side(docs: list[dict]) -> dict:
 def threads_markdown(docs: list[dict], folders: list[str]) -> str:
     threads = [doc["settings"]["threads"] for doc in docs]
     table = side_by_side(docs)
-    peer = docs[0].get("reference_peer", "llama.cpp")
+    peer = reference_peer_of(docs[0])
     head = "| method | " + " | ".join(f"τ @{t} | tok/s @{t} | ×none @{t} | ×{peer} @{t}" for t in threads) + " |"
     lines = [f"# mtpedge bench at {', '.join(map(str, threads))} thread(s): {docs[0]['settings']['bundle_name']}", "",
              f"{docs[0]['settings']['questions_run']} questions ({docs[0]['settings']['selection']}), "

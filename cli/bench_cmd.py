@@ -132,6 +132,7 @@ def names_dmtd(methods: tuple[str, ...]) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     from mtpedge.bench.peers import PEERS
+    from mtpedge.bench.peers.llama_cpp_native import DEFAULT_BIN as NATIVE_TOOLS_BIN
     from mtpedge.bench.questions import SPEC_BENCH
     from mtpedge.bench.report import validate_report
     from mtpedge.bench.suite import BenchSettings, resolve_methods, run_bench, write_report
@@ -159,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
         threads=args.threads[0], model=args.model or _default_model(bundle),
         sweep_bundles=tuple(Path(b) for b in args.sweep_bundles or ()), sweep=not args.no_sweep,
         sweep_repeats=args.sweep_repeats or (2 if args.quick else 10), optimum_python=optimum_python,
-        llama_cpp_bin=(args.llama_cpp_bin or Path(".venv/llama.cpp/bin")).absolute(),
+        llama_cpp_bin=(args.llama_cpp_bin or NATIVE_TOOLS_BIN).absolute(),
         lookup_tokens=args.lookup_tokens, quick=args.quick, time_limit_s=args.time_limit,
         cost_model="measured" if args.cost_model == "remeasure" else args.cost_model,
         cost_cache=None if args.cost_model == "remeasure" else cache_root() / "costs")

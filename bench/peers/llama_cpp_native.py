@@ -72,7 +72,8 @@ class LlamaCppNativePeer:
         from llama_cpp import Llama
 
         self.name, self.config = name, config
-        self.tool = str((config.llama_cpp_bin or DEFAULT_BIN) / TOOLS[name])
+        self.tool_name, self.lookup = TOOLS[name], name.endswith("-lookup")
+        self.tool = str((config.llama_cpp_bin or DEFAULT_BIN) / self.tool_name)
         # the vocabulary only: prompt ids -> text for the tool, the tool's text -> ids for the report
         self.vocab = Llama(model_path=str(config.model), vocab_only=True, verbose=False)
 
@@ -80,7 +81,7 @@ class LlamaCppNativePeer:
         threads = str(self.config.threads)
         common = ["-m", str(self.config.model), "-f", prompt_file, "-n", str(max_new_tokens), "--temp", "0",
                   "-t", threads, "-tb", threads, "-c", str(self.config.context)]
-        if self.name.endswith("-lookup"):
+        if self.lookup:
             return [self.tool, *common, "--spec-draft-n-max", str(self.config.lookup_tokens)]
         return [self.tool, *common, "-no-cnv", "--no-display-prompt", "--simple-io"]
 
@@ -92,10 +93,10 @@ class LlamaCppNativePeer:
             done = subprocess.run(self.command(prompt.name, max_new_tokens), capture_output=True, timeout=600)
         log = done.stderr.decode(errors="replace")
         if done.returncode != 0:
-            raise RuntimeError(f"{Path(self.tool).name} exited with {done.returncode}: {log.strip()[-400:]}")
-        timing = parse_timing(Path(self.tool).name, log)
+            raise RuntimeError(f"{self.tool_name} exited with {done.returncode}: {log.strip()[-400:]}")
+        timing = parse_timing(self.tool_name, log)
         answer = done.stdout
-        if self.name.endswith("-lookup"):  # llama-lookup echoes the prompt (after two newlines) before the answer
+        if self.lookup:  # llama-lookup echoes the prompt (after two newlines) before the answer
             start = answer.find(text)
             answer = answer[start + len(text):] if start >= 0 else answer
         tokens = self.vocab.tokenize(answer.rstrip(b"\n"), add_bos=False, special=True)
