@@ -23,6 +23,8 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .block_weights import BlockWeights
+from .native_matmul import DOMAIN as NATIVE_DOMAIN
+from .native_matmul import block_matmul_node
 
 MS_DOMAIN = "com.microsoft"
 
@@ -56,18 +58,26 @@ class MatMulRewriter:
         self._block_sums: dict[tuple[str, int], str] = {}
         self._new_nodes: dict[str, list[onnx.NodeProto]] = {}  # original node's output -> replacement nodes
         self._new_inits: list[onnx.TensorProto] = []
+        self._uses_native = False
 
     def replace(self, node: onnx.NodeProto, weights: BlockWeights, accuracy_level: int = 0) -> None:
         self.replace_side_by_side([node], [weights], accuracy_level)
 
     def replace_side_by_side(self, nodes: Sequence[onnx.NodeProto], parts: Sequence[BlockWeights],
-                             accuracy_level: int = 0) -> None:
-        """MatMuls that read one input (`nodes`, in graph order) as one MatMulNBits over `parts` side by side."""
+                             accuracy_level: int = 0, native: bool = False) -> None:
+        """MatMuls that read one input (`nodes`, in graph order) as one MatMulNBits over `parts` side by side
+        (`native`: one com.mtpedge.BlockMatMul, which applies block minima itself: native_matmul.py)."""
         first, weights = nodes[0], BlockWeights.side_by_side(parts)
         n, k = weights.shape
         base = first.input[1] if len(nodes) == 1 else f"{first.input[1]}.and{len(nodes) - 1}"
         x = first.input[0]
         y = first.output[0] if len(nodes) == 1 else f"{first.output[0]}.side_by_side"
+        if native:
+            node, inits = block_matmul_node(x, y, weights, base)
+            self._new_inits += inits
+            self._uses_native = True
+            self._place(nodes, parts, base, y, [node])
+            return
         codes_name, scales_name = f"{base}.q{weights.bits}", f"{base}.scales"
         self._new_inits += [numpy_helper.from_array(weights.packed(), codes_name),
                             numpy_helper.from_array(weights.scales.reshape(-1), scales_name)]
@@ -83,11 +93,17 @@ class MatMulRewriter:
             sums = self._block_sum(x, k, offset_block, new)
             new += [helper.make_node("MatMul", [sums, offsets_name], [f"{y}.minima"], name=f"{y}.minima"),
                     helper.make_node("Add", [nbits_out, f"{y}.minima"], [y], name=f"{y}.add_minima")]
+        self._place(nodes, parts, base, y, new)
+
+    def _place(self, nodes: Sequence[onnx.NodeProto], parts: Sequence[BlockWeights], base: str, y: str,
+               new: list[onnx.NodeProto]) -> None:
+        """Split a side-by-side product back into its MatMuls' outputs; the new nodes stand where the first MatMul
+        stood (its input is ready there), the others' places stay empty."""
+        first = nodes[0]
         if len(nodes) > 1:
             sizes = f"{base}.split"
             self._new_inits.append(numpy_helper.from_array(np.array([p.shape[0] for p in parts], np.int64), sizes))
             new.append(helper.make_node("Split", [y, sizes], [m.output[0] for m in nodes], name=f"{y}.split", axis=-1))
-        # the new nodes stand where the first MatMul stood (its input is ready there); the others' places stay empty
         self._new_nodes[first.output[0]] = new
         for other in nodes[1:]:
             self._new_nodes[other.output[0]] = []
@@ -117,8 +133,9 @@ class MatMulRewriter:
         kept = [_copy(t) for t in self.graph.initializer if t.name in used]
         del self.graph.initializer[:]
         self.graph.initializer.extend(kept)
-        if not any(o.domain == MS_DOMAIN for o in self.model.opset_import):
-            self.model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
+        for domain in (MS_DOMAIN, NATIVE_DOMAIN) if self._uses_native else (MS_DOMAIN,):
+            if not any(o.domain == domain for o in self.model.opset_import):
+                self.model.opset_import.append(helper.make_opsetid(domain, 1))
 
 
 def minima_blocks(weights: BlockWeights) -> tuple[np.ndarray, int]:

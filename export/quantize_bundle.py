@@ -28,12 +28,14 @@ from mtpedge.runtime.contract import LORA_GATE
 from .block_weights import BlockWeights, quantize_rtn
 from .integer_gemm import to_integer_gemm
 from .matmul_nbits import MatMulRewriter, weight_matmuls
+from .native_matmul import NATIVE_LABEL
 from .onnx_graphs import SharedWeights
 from .staging import copy_host_files, float_source, staged_folder
 
 log = logging.getLogger(__name__)
 
 WEIGHT_CHOICES = ("gguf", "int8", "int4")
+KERNEL_CHOICES = ("onnxruntime", "mtpedge")
 OUTPUT_CHOICES = ("same", "float32", "int8", "int4")
 QUANT_WEIGHTS_FILE = "weights.data"
 FINE_BLOCK = 16  # the smallest block MatMulNBits' int8 kernels take
@@ -64,6 +66,10 @@ class QuantConfig:
     # every MatMulNBits then becomes a row-quantized MatMulInteger over int8 re-quantized weights
     # (integer_gemm.py): wide calls cost little more than one-row calls
     integer_gemm: bool = False
+    # "mtpedge": the weight products (with their block minima) on mtpedge's own CPU kernel, com.mtpedge.BlockMatMul
+    # (export/native_matmul.py, runtime/kernels/): the same grid and int8 activation blocks, weights shared across
+    # the rows of a call; the bundle then needs the kernel library wherever it runs
+    kernels: str = "onnxruntime"
     quality_report: bool = True
 
     def __post_init__(self) -> None:
@@ -76,6 +82,8 @@ class QuantConfig:
             raise ValueError(f"block size must be a power of two >= 16, got {self.block_size}")
         if self.accuracy_level not in (0, 1, 2, 3, 4):
             raise ValueError(f"accuracy level must be 0-4, got {self.accuracy_level}")
+        if self.kernels not in KERNEL_CHOICES:
+            raise ValueError(f"kernels {self.kernels!r} are unknown: choose one of {', '.join(KERNEL_CHOICES)}")
 
     def is_fine(self, node_name: str) -> bool:
         return any(role in node_name for role in self.fine_activation_roles)
@@ -94,6 +102,7 @@ class QuantConfig:
             main += "".join(f"-{role.split('_')[0]}{FINE_BLOCK}" for role in self.fine_activation_roles)
         main += "-fused" if self.fused_ops else ""
         main += "-igemm" if self.integer_gemm else ""
+        main += NATIVE_LABEL if self.kernels == "mtpedge" else ""
         return main if self.output_layer == "same" else f"{main}+out:{self.output_layer}"
 
 
@@ -225,8 +234,9 @@ def quantize_graph(src_file: Path, source: WeightSource, weights_file: SharedWei
             shared = matmul.node.input[0] if source.config.side_by_side else matmul.node.output[0]
             key = (level, shared, weights.shape[1], weights.bits, weights.block_size, weights.offsets is None)
             groups.setdefault(key, []).append((matmul.node, weights))
+    native = source.config.kernels == "mtpedge"
     for (level, *_), members in groups.items():
-        rewriter.replace_side_by_side([node for node, _ in members], [w for _, w in members], level)
+        rewriter.replace_side_by_side([node for node, _ in members], [w for _, w in members], level, native)
     replaced = sum(len(members) for members in groups.values())
     rewriter.finish()
     if source.config.integer_gemm:

@@ -12,6 +12,7 @@ import onnxruntime as ort
 
 from .bundle import BundleError, GraphEntry, Manifest
 from .contract import HIDDEN_STATES, LAYER_HIDDEN, new_key_name, new_value_name, present_key_name
+from .kernels import NATIVE_LABEL, KernelsUnavailable, library
 from .qnn import DISABLE_CPU_FALLBACK, QNN_EP, add_qnn_provider, check_qnn_bundle
 
 log = logging.getLogger(__name__)
@@ -112,6 +113,8 @@ class GraphSet:
                 opts.inter_op_num_threads = 1
             for key, value in self.session_options.items():
                 opts.add_session_config_entry(key, value)
+            if NATIVE_LABEL in entry.precision:
+                opts.register_custom_ops_library(str(native_library()))
             providers = self.providers
             if QNN_EP in providers:  # a plugin EP: chosen by device in the options, not by name
                 add_qnn_provider(opts, self.manifest, allow_cpu_fallback=self.session_options.get(
@@ -196,3 +199,12 @@ class _InPlaceCall:
         seconds = time.perf_counter() - started
         return {name: buffer if name.startswith("new_") else (buffer[:, :n_real] if buffer.ndim == 3 else buffer).copy()
                 for name, buffer in self.outputs.items()}, seconds
+
+
+def native_library() -> Path:
+    """mtpedge's kernel library, for graphs whose precision label says they need it."""
+    try:
+        return library()
+    except KernelsUnavailable as err:
+        raise BundleError(f"this bundle's weight products run on mtpedge's own kernels, unavailable here: {err}. "
+                          "Or re-export the bundle with --kernels onnxruntime") from err

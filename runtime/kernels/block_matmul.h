@@ -1,0 +1,25 @@
+/* Block-quantized weight products: see block_matmul.c. */
+#ifndef MTPEDGE_BLOCK_MATMUL_H
+#define MTPEDGE_BLOCK_MATMUL_H
+#include <stdint.h>
+
+typedef struct {
+  int64_t n, k, block; /* outputs, inputs, inputs per block (16 or 32) */
+  int bits, zero;      /* code width (4 or 8) and the code that stands for 0 */
+  const uint8_t* codes;
+  const float* scales;
+  const float* offsets; /* NULL: no block minimum */
+} BmMatrix;
+
+typedef struct {    /* rows of activations, quantized per block */
+  int8_t* q;        /* [rows][k] */
+  float* d;         /* [rows][k / block] scale of each block */
+  int32_t* zsum;    /* [rows][k / block] zero * sum(q) */
+  float* s;         /* [rows][k / block] float sum of the block's inputs */
+} BmRows;
+
+const char* bm_check(const BmMatrix* m); /* NULL when the shapes are supported, else why not */
+const char* bm_path(void);               /* "avx512-vnni" or "portable" */
+void bm_quantize_rows(const float* x, int64_t rows, int64_t k, int64_t block, int zero, BmRows* out);
+void bm_tiles(const BmMatrix* m, const BmRows* a, int64_t rows, int64_t tile0, int64_t tile1, float* y);
+#endif

@@ -1,0 +1,211 @@
+/* onnxruntime custom operator com.mtpedge.BlockMatMul over block_matmul.c.
+ *
+ *   Y = BlockMatMul(X, codes, scales[, offsets])   X (..., K) float32 -> Y (..., N) float32
+ *   attributes K, N, bits, block_size, zero
+ *
+ * Registered by `SessionOptions.register_custom_ops_library` (runtime/kernels/__init__.py). Built against the C
+ * API of onnxruntime 1.21 (version 21); onnxruntime serves older API versions to newer runtimes.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <onnxruntime_c_api.h>
+
+#include "block_matmul.h"
+
+#define TILES_PER_TASK 4
+#define DOMAIN "com.mtpedge"
+
+static const OrtApi* g_api;
+
+typedef struct {
+  int64_t k, n, bits, block, zero;
+} Kernel;
+
+typedef struct {
+  const BmMatrix* m;
+  const BmRows* rows_q;
+  int64_t rows, tiles;
+  float* y;
+} Task;
+
+static OrtStatus* fail(const char* what) { return g_api->CreateStatus(ORT_INVALID_ARGUMENT, what); }
+
+#define TRY(expr)                    \
+  do {                               \
+    OrtStatus* status_ = (expr);     \
+    if (status_) return status_;     \
+  } while (0)
+
+static OrtStatus* ORT_API_CALL create_kernel(const OrtCustomOp* op, const OrtApi* api, const OrtKernelInfo* info,
+                                             void** out) {
+  (void)op;
+  Kernel* kernel = calloc(1, sizeof(Kernel));
+  if (!kernel) return api->CreateStatus(ORT_FAIL, "BlockMatMul: out of memory");
+  OrtStatus* status = NULL;
+  if ((status = api->KernelInfoGetAttribute_int64(info, "K", &kernel->k)) ||
+      (status = api->KernelInfoGetAttribute_int64(info, "N", &kernel->n)) ||
+      (status = api->KernelInfoGetAttribute_int64(info, "bits", &kernel->bits)) ||
+      (status = api->KernelInfoGetAttribute_int64(info, "block_size", &kernel->block)) ||
+      (status = api->KernelInfoGetAttribute_int64(info, "zero", &kernel->zero))) {
+    free(kernel);
+    return status;
+  }
+  BmMatrix probe = {kernel->n, kernel->k, kernel->block, (int)kernel->bits, (int)kernel->zero, NULL, NULL, NULL};
+  const char* why = bm_check(&probe);
+  if (why) {
+    free(kernel);
+    return api->CreateStatus(ORT_INVALID_ARGUMENT, why);
+  }
+  *out = kernel;
+  return NULL;
+}
+
+static void run_task(void* data, size_t index) {
+  const Task* t = data;
+  int64_t tile0 = (int64_t)index * TILES_PER_TASK, tile1 = tile0 + TILES_PER_TASK;
+  if (tile1 > t->tiles) tile1 = t->tiles;
+  bm_tiles(t->m, t->rows_q, t->rows, tile0, tile1, t->y);
+}
+
+static OrtStatus* tensor_data(OrtKernelContext* ctx, size_t index, const void** data, size_t* count) {
+  const OrtValue* value = NULL;
+  TRY(g_api->KernelContext_GetInput(ctx, index, &value));
+  if (!value) {
+    *data = NULL;
+    *count = 0;
+    return NULL;
+  }
+  OrtTensorTypeAndShapeInfo* info = NULL;
+  TRY(g_api->GetTensorTypeAndShape(value, &info));
+  OrtStatus* status = g_api->GetTensorShapeElementCount(info, count);
+  g_api->ReleaseTensorTypeAndShapeInfo(info);
+  if (status) return status;
+  return g_api->GetTensorMutableData((OrtValue*)value, (void**)data);
+}
+
+static OrtStatus* ORT_API_CALL compute(void* kernel_ptr, OrtKernelContext* ctx) {
+  const Kernel* kernel = kernel_ptr;
+  const OrtValue* x_value = NULL;
+  TRY(g_api->KernelContext_GetInput(ctx, 0, &x_value));
+  OrtTensorTypeAndShapeInfo* info = NULL;
+  TRY(g_api->GetTensorTypeAndShape(x_value, &info));
+  size_t rank = 0;
+  int64_t dims[8];
+  OrtStatus* status = g_api->GetDimensionsCount(info, &rank);
+  if (!status && (rank < 1 || rank > 8)) status = fail("BlockMatMul: X must have rank 1 to 8");
+  if (!status) status = g_api->GetDimensions(info, dims, rank);
+  g_api->ReleaseTensorTypeAndShapeInfo(info);
+  if (status) return status;
+  if (dims[rank - 1] != kernel->k) return fail("BlockMatMul: the last axis of X is not K");
+  int64_t rows = 1;
+  for (size_t i = 0; i + 1 < rank; ++i) rows *= dims[i];
+
+  const void *x, *codes, *scales, *offsets;
+  size_t nx, ncodes, nscales, noffsets = 0;
+  TRY(tensor_data(ctx, 0, &x, &nx));
+  TRY(tensor_data(ctx, 1, &codes, &ncodes));
+  TRY(tensor_data(ctx, 2, &scales, &nscales));
+  size_t inputs = 0;
+  TRY(g_api->KernelContext_GetInputCount(ctx, &inputs));
+  offsets = NULL;
+  if (inputs > 3) TRY(tensor_data(ctx, 3, &offsets, &noffsets));
+  const int64_t blocks = kernel->n * (kernel->k / kernel->block);
+  if ((int64_t)ncodes != blocks * kernel->block * kernel->bits / 8 || (int64_t)nscales != blocks ||
+      (offsets && (int64_t)noffsets != blocks))
+    return fail("BlockMatMul: codes / scales / offsets do not match K, N, bits and block_size");
+
+  dims[rank - 1] = kernel->n;
+  OrtValue* y_value = NULL;
+  TRY(g_api->KernelContext_GetOutput(ctx, 0, dims, rank, &y_value));
+  float* y = NULL;
+  TRY(g_api->GetTensorMutableData(y_value, (void**)&y));
+  if (rows == 0) return NULL;
+
+  const int64_t nb = kernel->k / kernel->block;
+  char* scratch = malloc((size_t)(rows * kernel->k + rows * nb * 12 + 64));
+  if (!scratch) return g_api->CreateStatus(ORT_FAIL, "BlockMatMul: out of memory");
+  BmRows q = {(int8_t*)scratch, (float*)(scratch + rows * kernel->k + 0 * rows * nb * 4),
+              (int32_t*)(scratch + rows * kernel->k + 1 * rows * nb * 4),
+              (float*)(scratch + rows * kernel->k + 2 * rows * nb * 4)};
+  if ((rows * kernel->k) % 4) { /* keep the float arrays aligned */
+    size_t pad = 4 - (size_t)((rows * kernel->k) % 4);
+    q.d = (float*)((char*)q.d + pad);
+    q.zsum = (int32_t*)((char*)q.zsum + pad);
+    q.s = (float*)((char*)q.s + pad);
+  }
+  bm_quantize_rows(x, rows, kernel->k, kernel->block, (int)kernel->zero, &q);
+  BmMatrix m = {kernel->n, kernel->k, kernel->block, (int)kernel->bits, (int)kernel->zero, codes, scales, offsets};
+  const int64_t tiles = kernel->n / 16;
+  Task task = {&m, &q, rows, tiles, y};
+  const size_t tasks = (size_t)((tiles + TILES_PER_TASK - 1) / TILES_PER_TASK);
+  status = g_api->KernelContext_ParallelFor(ctx, run_task, tasks, 0, &task);
+  free(scratch);
+  return status;
+}
+
+static void ORT_API_CALL destroy_kernel(void* kernel) { free(kernel); }
+static const char* ORT_API_CALL op_name(const OrtCustomOp* op) { (void)op; return "BlockMatMul"; }
+static const char* ORT_API_CALL op_provider(const OrtCustomOp* op) { (void)op; return "CPUExecutionProvider"; }
+static ONNXTensorElementDataType ORT_API_CALL input_type(const OrtCustomOp* op, size_t i) {
+  (void)op;
+  return i == 1 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8 : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+}
+static size_t ORT_API_CALL input_count(const OrtCustomOp* op) { (void)op; return 4; }
+static ONNXTensorElementDataType ORT_API_CALL output_type(const OrtCustomOp* op, size_t i) {
+  (void)op; (void)i;
+  return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+}
+static size_t ORT_API_CALL output_count(const OrtCustomOp* op) { (void)op; return 1; }
+static OrtCustomOpInputOutputCharacteristic ORT_API_CALL input_kind(const OrtCustomOp* op, size_t i) {
+  (void)op;
+  return i == 3 ? INPUT_OUTPUT_OPTIONAL : INPUT_OUTPUT_REQUIRED;
+}
+static OrtCustomOpInputOutputCharacteristic ORT_API_CALL output_kind(const OrtCustomOp* op, size_t i) {
+  (void)op; (void)i;
+  return INPUT_OUTPUT_REQUIRED;
+}
+static OrtMemType ORT_API_CALL input_memory(const OrtCustomOp* op, size_t i) { (void)op; (void)i; return OrtMemTypeDefault; }
+static int ORT_API_CALL variadic_arity(const OrtCustomOp* op) { (void)op; return 1; }
+static int ORT_API_CALL variadic_homogeneity(const OrtCustomOp* op) { (void)op; return 1; }
+static int ORT_API_CALL start_version(const OrtCustomOp* op) { (void)op; return 1; }
+static int ORT_API_CALL end_version(const OrtCustomOp* op) { (void)op; return 2147483647; }
+static size_t ORT_API_CALL no_pairs(int** in, int** out) { *in = NULL; *out = NULL; return 0; }
+static void ORT_API_CALL release_pairs(int* in, int* out) { (void)in; (void)out; }
+
+static OrtCustomOp g_op;
+
+const char* mtpedge_kernel_path(void) { return bm_path(); }
+
+ORT_EXPORT OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* base) {
+  g_api = base->GetApi(ORT_API_VERSION);
+  if (!g_api) return NULL; /* an onnxruntime older than 1.21: nothing to register with */
+  memset(&g_op, 0, sizeof g_op);
+  g_op.version = ORT_API_VERSION;
+  g_op.GetName = op_name;
+  g_op.GetExecutionProviderType = op_provider;
+  g_op.GetInputType = input_type;
+  g_op.GetInputTypeCount = input_count;
+  g_op.GetOutputType = output_type;
+  g_op.GetOutputTypeCount = output_count;
+  g_op.GetInputCharacteristic = input_kind;
+  g_op.GetOutputCharacteristic = output_kind;
+  g_op.GetInputMemoryType = input_memory;
+  g_op.GetVariadicInputMinArity = variadic_arity;
+  g_op.GetVariadicInputHomogeneity = variadic_homogeneity;
+  g_op.GetVariadicOutputMinArity = variadic_arity;
+  g_op.GetVariadicOutputHomogeneity = variadic_homogeneity;
+  g_op.CreateKernelV2 = create_kernel;
+  g_op.KernelComputeV2 = compute;
+  g_op.KernelDestroy = destroy_kernel;
+  g_op.GetStartVersion = start_version;
+  g_op.GetEndVersion = end_version;
+  g_op.GetMayInplace = no_pairs;
+  g_op.ReleaseMayInplace = release_pairs;
+  g_op.GetAliasMap = no_pairs;
+  g_op.ReleaseAliasMap = release_pairs;
+  OrtCustomOpDomain* domain = NULL;
+  TRY(g_api->CreateCustomOpDomain(DOMAIN, &domain));
+  TRY(g_api->CustomOpDomain_Add(domain, &g_op));
+  return g_api->AddCustomOpDomain(options, domain);
+}
