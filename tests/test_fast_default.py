@@ -8,13 +8,21 @@ import json
 import pytest
 
 import mtpedge.bundles as bundles
-from mtpedge.export.quantize_bundle import FAST
+from mtpedge.export.quantize_bundle import FAST, fast_recipe
 from mtpedge.runtime.bundle import BUNDLE_VERSION
 
 
-def test_the_fast_label_is_the_fast_config_s(tmp_path):
+def test_the_fast_label_is_the_fast_config_s(tmp_path, monkeypatch):
     assert FAST.label == bundles.FAST_LABEL
     assert FAST.weights == "gguf"
+    assert fast_recipe().label == bundles.fast_label()  # on this machine's kernels, whichever they are
+    import mtpedge.export.quantize_bundle as quantize_bundle
+
+    for pays in (True, False):  # mtpedge's kernels where they pay, else onnxruntime's, under distinct labels
+        monkeypatch.setattr(quantize_bundle, "native_kernels_pay", lambda pays=pays: pays)
+        monkeypatch.setattr(bundles, "native_kernels_pay", lambda pays=pays: pays)
+        assert fast_recipe().kernels == ("mtpedge" if pays else "onnxruntime")
+        assert fast_recipe().label == bundles.fast_label() == bundles.FAST_LABEL + ("-mtk" if pays else "")
 
 
 configs = []
@@ -40,8 +48,8 @@ def test_without_a_bundle_a_gguf_model_gets_the_fast_bundle_and_float32_is_one_f
     monkeypatch.setattr(bundles, "_recipe_differs", lambda folder: False)
     monkeypatch.setattr(bundles, "_other_decode_widths", lambda folder: None)
     fast = bundles.ensure_bundle(None, None, 1024, say=lambda _: None)
-    assert fast.name == f"SmolLM2-135M-Instruct-cl1024-{bundles.FAST_LABEL}"
-    assert exported == [(None, fast.name, FAST, None)]
+    assert fast.name == f"SmolLM2-135M-Instruct-cl1024-{bundles.fast_label()}"
+    assert exported == [(None, fast.name, fast_recipe(), None)]
     assert configs[-1].decode_widths == bundles.FAST_DECODE_WIDTHS and configs[-1].context_buckets == (256, 512)
     assert bundles.ensure_bundle(None, None, 1024, say=lambda _: None) == fast and len(exported) == 1  # cached
     (fast / "manifest.json").write_text(json.dumps({"version": BUNDLE_VERSION - 1}))  # another mtpedge's export
@@ -51,12 +59,12 @@ def test_without_a_bundle_a_gguf_model_gets_the_fast_bundle_and_float32_is_one_f
     float32 = bundles.ensure_bundle(None, None, 1024, say=lambda _: None, precision="float32")
     assert float32.name == "SmolLM2-135M-Instruct-cl1024" and exported[-1][2] is None
     gguf = str(tmp_path / "other.gguf")
-    assert bundles.ensure_bundle(None, gguf, 512, say=lambda _: None).name.endswith(f"-cl512-{bundles.FAST_LABEL}")
+    assert bundles.ensure_bundle(None, gguf, 512, say=lambda _: None).name.endswith(f"-cl512-{bundles.fast_label()}")
     hf = bundles.ensure_bundle(None, str(tmp_path / "hf-folder"), 512, say=lambda _: None)
     assert hf.name.endswith("-cl512") and exported[-1][2] is None  # no grid to keep: float32
     monkeypatch.setattr(bundles, "_predates_shipped_adapter", lambda folder: False)
     mtp = bundles.ensure_bundle(None, None, 1024, say=lambda _: None, mtp=True)  # the adapter on the fast recipe
-    assert mtp.name.endswith(f"-cl1024-mtp-{bundles.FAST_LABEL}") and exported[-1][2:] == (FAST, "default")
+    assert mtp.name.endswith(f"-cl1024-mtp-{bundles.fast_label()}") and exported[-1][2:] == (fast_recipe(), "default")
     assert configs[-1].decode_widths == bundles.FAST_DECODE_WIDTHS
     mtp32 = bundles.ensure_bundle(None, None, 1024, say=lambda _: None, mtp=True, precision="float32")
     assert mtp32.name.endswith("-cl1024-mtp") and exported[-1][2:] == (None, "default")
@@ -84,7 +92,8 @@ def test_export_auto_of_a_gguf_is_the_fast_config():
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    assert quant_config(parser.parse_args([]), is_gguf=True) == FAST
+    assert quant_config(parser.parse_args([]), is_gguf=True) == fast_recipe()
+    assert quant_config(parser.parse_args(["--kernels", "onnxruntime"]), is_gguf=True) == FAST
     assert quant_config(parser.parse_args(["--no-quality-report"]), is_gguf=True).accuracy_level == FAST.accuracy_level
     assert quant_config(parser.parse_args([]), is_gguf=False) is None
     assert quant_config(parser.parse_args(["--precision", "gguf"]), is_gguf=True).accuracy_level == 0  # exact grid
@@ -96,7 +105,7 @@ def test_the_default_bundle_keeps_perplexity_and_carries_the_learned_masks(smoll
     from mtpedge.runtime.bundle import read_manifest
 
     manifest = read_manifest(smollm2_bundle)
-    assert {g.precision for g in manifest.graphs} == {bundles.FAST_LABEL}
+    assert {g.precision for g in manifest.graphs} == {bundles.fast_label()}
     ppl = manifest.extras["quality"]["perplexity"]
     assert abs(ppl["quantized"] / ppl["float32"] - 1) <= 0.01
     assert manifest.extras["mtp"]["masks_file"] and (smollm2_bundle / manifest.extras["mtp"]["masks_file"]).is_file()
@@ -164,7 +173,7 @@ def test_export_auto_gets_the_fast_buckets_and_an_adapter_stays_float32(tmp_path
     monkeypatch.setattr(writer, "export_bundle", lambda model, out, config, progress: seen.append((out, config)))
     gguf = str(tmp_path / "m.gguf")
     assert main(["export", gguf, "--out", str(tmp_path / "a")]) == 0
-    assert seen[-1][1].context_buckets == (256, 512) and seen[-1][1].quantization == FAST
+    assert seen[-1][1].context_buckets == (256, 512) and seen[-1][1].quantization == fast_recipe()
     assert seen[-1][1].decode_widths == bundles.FAST_DECODE_WIDTHS
     assert main(["export", gguf, "--out", str(tmp_path / "b"), "--context", "512"]) == 0
     assert seen[-1][1].context_buckets == (256,)
@@ -173,8 +182,8 @@ def test_export_auto_gets_the_fast_buckets_and_an_adapter_stays_float32(tmp_path
     assert main(["export", gguf, "--out", str(tmp_path / "d"), "--context-buckets", "128"]) == 0
     assert seen[-1][1].context_buckets == (128,)
     assert main(["export", gguf, "--mtp-adapter", "a.pt"]) == 0  # the adapter on the fast recipe
-    assert seen[-1][1].quantization == FAST and seen[-1][1].context_buckets == (256, 512)
-    assert seen[-1][0].name.endswith(f"-mtp-{bundles.FAST_LABEL}")
+    assert seen[-1][1].quantization == fast_recipe() and seen[-1][1].context_buckets == (256, 512)
+    assert seen[-1][0].name.endswith(f"-mtp-{bundles.fast_label()}")
     assert main(["export", gguf, "--mtp-adapter", "a.pt", "--precision", "float32"]) == 0
     assert seen[-1][1].quantization is None and seen[-1][1].context_buckets == ()
     assert seen[-1][0].name.endswith("-mtp")

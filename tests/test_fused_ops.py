@@ -18,7 +18,7 @@ import pytest
 from mtpedge.export.fused_ops import fuse_decoder_ops
 from mtpedge.export.onnx_graphs import trace_graph
 from mtpedge.export.parity import graph_parity, parity_feeds
-from mtpedge.export.quantize_bundle import FAST, QuantConfig
+from mtpedge.export.quantize_bundle import QuantConfig, fast_recipe
 from mtpedge.models.loading import load_model
 from mtpedge.runtime.bundle import BUNDLE_VERSION, read_manifest
 from mtpedge.runtime.contract import CACHE_SLOTS, FUSED_OPS, GraphShape
@@ -116,19 +116,20 @@ def test_a_cached_fast_bundle_of_another_recipe_is_re_exported(tmp_path, monkeyp
     monkeypatch.setattr(writer, "export_bundle", lambda model, folder, config, progress: exported.append(folder))
     monkeypatch.setattr(bundles, "read_manifest",  # only the field the check reads
                         lambda folder: SimpleNamespace(**json.loads((folder / "manifest.json").read_text())))
-    folder = bundles.default_bundle_dir(None, 1024, bundles.FAST_LABEL)
+    folder = bundles.default_bundle_dir(None, 1024, bundles.fast_label())
     folder.mkdir(parents=True)
-    assert FAST.fused_ops  # the fast recipe traces onnxruntime's fused operators (results/fast section 15)
+    fast = fast_recipe()  # FAST on this machine's kernels
+    assert fast.fused_ops  # the fast recipe traces onnxruntime's fused operators (results/fast section 15)
 
     def cached(config) -> None:
         extras = {"quantization": {"config": json.loads(json.dumps(asdict(config)))}}
         (folder / "manifest.json").write_text(json.dumps({"version": BUNDLE_VERSION, "extras": extras}))
 
     said = []
-    for other in (replace(FAST, fused_ops=False), replace(FAST, side_by_side=False)):
+    for other in (replace(fast, fused_ops=False), replace(fast, side_by_side=False)):
         cached(other)
         assert bundles.ensure_bundle(None, None, 1024, say=said.append) == folder
         assert "another fast recipe" in said[-2]
     assert exported == [folder, folder]
-    cached(FAST)
+    cached(fast)
     assert bundles.ensure_bundle(None, None, 1024, say=said.append) == folder and len(exported) == 2  # reused

@@ -131,9 +131,10 @@ def test_masks_for_other_weights_are_refused_with_a_clear_error(tmp_path, tiny, 
 
 def _fake_default_bundle(folder, masks_file: str | None, source_sha256: str, adapter_sha256: str = "") -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    from mtpedge.export.quantize_bundle import FAST
+    from mtpedge.export.quantize_bundle import fast_recipe
 
-    recipe = {"quantization": {"config": json.loads(json.dumps(asdict(FAST)))}}  # as the fast recipe records it
+    # as the fast recipe records it
+    recipe = {"quantization": {"config": json.loads(json.dumps(asdict(fast_recipe())))}}
     mtp = {"masks_file": masks_file, **({"checkpoint_sha256": adapter_sha256} if adapter_sha256 else {})}
     extras = {**recipe, **({"mtp": mtp} if masks_file else {})}
     (folder / "manifest.json").write_text(json.dumps({"version": BUNDLE_VERSION, "extras": extras,
@@ -153,7 +154,7 @@ def test_a_cached_default_bundle_without_the_shipped_masks_is_re_exported(tmp_pa
     monkeypatch.setattr(bundles, "read_manifest",  # only the fields the check reads
                         lambda folder: SimpleNamespace(**json.loads((folder / "manifest.json").read_text())))
     shipped_sha = load_masks_file(DEFAULT_MASKS).source_sha256
-    folder = bundles.default_bundle_dir(None, 1024, bundles.FAST_LABEL)  # the default bundle
+    folder = bundles.default_bundle_dir(None, 1024, bundles.fast_label())  # the default bundle
     _fake_default_bundle(folder, None, shipped_sha)  # exported before the masks shipped
     said = []
     assert bundles.ensure_bundle(None, None, 1024, say=said.append) == folder
@@ -162,7 +163,7 @@ def test_a_cached_default_bundle_without_the_shipped_masks_is_re_exported(tmp_pa
     assert bundles.ensure_bundle(None, None, 1024, say=said.append) == folder and exported == [folder]  # reused
     _fake_default_bundle(folder, None, "f" * 64)  # default weights the shipped masks were not trained for
     assert bundles.ensure_bundle(None, None, 1024, say=said.append) == folder and exported == [folder]
-    other = bundles.default_bundle_dir(str(tmp_path / "other.gguf"), 1024, bundles.FAST_LABEL)
+    other = bundles.default_bundle_dir(str(tmp_path / "other.gguf"), 1024, bundles.fast_label())
     _fake_default_bundle(other, None, shipped_sha)  # another model's bundle never had shipped masks to miss
     assert bundles.ensure_bundle(None, str(tmp_path / "other.gguf"), 1024, say=said.append) == other
     assert exported == [folder]
@@ -192,8 +193,8 @@ def test_the_mtp_drafter_gets_the_default_model_with_the_shipped_adapter_in_its_
     monkeypatch.setattr(bundles, "_recipe_differs", lambda folder: False)  # the fake manifest records no recipe
     monkeypatch.setattr(bundles, "_other_decode_widths", lambda folder: None)
     folder = bundles.ensure_bundle(None, None, 1024, say=lambda _: None, mtp=True)
-    fast = bundles.default_bundle_dir(None, 1024, bundles.FAST_LABEL)
-    assert folder == bundles.default_bundle_dir(None, 1024, f"mtp-{bundles.FAST_LABEL}") != fast
+    fast = bundles.default_bundle_dir(None, 1024, bundles.fast_label())
+    assert folder == bundles.default_bundle_dir(None, 1024, f"mtp-{bundles.fast_label()}") != fast
     assert exported == [(None, folder, "default")]
     assert bundles.ensure_bundle(None, None, 1024, say=lambda _: None, mtp=True) == folder and len(exported) == 1
     for older in ("f" * 64, ""):  # another adapter's bundle; one exported before the SHA-256 was recorded

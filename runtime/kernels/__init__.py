@@ -12,8 +12,10 @@ headers declare (21) to every newer runtime.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
+import logging
 import os
 import shutil
 import subprocess
@@ -21,6 +23,8 @@ import tarfile
 import tempfile
 import urllib.request
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 SOURCES = ("block_matmul.c", "ort_op.c", "block_matmul.h")
 LIBRARY_NAME = "libmtpedge_kernels.so"
@@ -76,8 +80,8 @@ def _build(path: Path) -> Path:
     if not compiler:
         raise KernelsUnavailable("no C compiler (cc/gcc/clang) to build mtpedge's kernels: install one "
                                  "(Debian: apt install gcc), or export with --kernels onnxruntime")
-    include = _headers()
     _writable(path.parent)
+    include = _headers()
     here = Path(__file__).parent
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
         out = Path(tmp) / LIBRARY_NAME
@@ -145,6 +149,23 @@ def _ar_member(archive: bytes, prefix: str) -> bytes:
             return archive[pos + 60:pos + 60 + size]
         pos += 60 + size + (size & 1)
     raise KernelsUnavailable(f"the headers package has no {prefix}* member")
+
+
+@functools.cache
+def native_kernels_pay() -> bool:
+    """Whether the fast default bundle runs its weight products on mtpedge's kernels on this machine: the library
+    builds here and takes its AVX-512 VNNI path (the portable path is a reference, far slower than onnxruntime's
+    kernels). On the AVX-512 VNNI AMD EPYC of benchmarks/results/fast/README.md section 30 a width-1 call took
+    0.73x, a width-16 call 0.74x and plain decoding 1.31x those of onnxruntime's MatMulNBits.
+    MTPEDGE_KERNELS=onnxruntime says no."""
+    if os.environ.get("MTPEDGE_KERNELS", "auto") == "onnxruntime":
+        return False
+    try:
+        path = kernel_path(library())
+    except KernelsUnavailable as err:
+        log.warning("the fast bundle stays on onnxruntime's kernels: %s", err)
+        return False
+    return path == "avx512-vnni"
 
 
 def kernel_path(lib: Path | None = None) -> str:
