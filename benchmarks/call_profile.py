@@ -26,12 +26,16 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mtpedge.runtime.engine import Engine  # noqa: E402
+from mtpedge.runtime.graphs import native_library  # noqa: E402
+from mtpedge.runtime.kernels import NATIVE_LABEL  # noqa: E402
 
 
 def node_kind(name: str, op: str) -> str:
     """A readable bucket for a profiled node: what part of the decoder it belongs to."""
     if op == "MatMulNBits":
         return "weights: MatMulNBits"
+    if op.startswith("BlockMatMul"):
+        return "weights: BlockMatMul (mtpedge's kernel, minima included)"
     if op == "MatMul" and ("minima" in name or "offsets" in name):
         return "weights: block-minimum correction"
     if op in ("ReduceSum", "Reshape") and "blocksum" in name:
@@ -79,6 +83,8 @@ def _profiling_session(engine: Engine, entry, prefix: str):
         opts.inter_op_num_threads = 1
     opts.enable_profiling = True
     opts.profile_file_prefix = prefix
+    if NATIVE_LABEL in entry.precision:
+        opts.register_custom_ops_library(str(native_library()))
     return ort.InferenceSession(str(engine.folder / entry.file), opts, providers=["CPUExecutionProvider"])
 
 
