@@ -37,10 +37,9 @@ def tile_codes(codes: np.ndarray, bits: int, block: int) -> np.ndarray:
 
 
 def tile_table(table: np.ndarray) -> np.ndarray:
-    """(N, K / block) per-block floats -> [tile][block][16 columns] float32, flat."""
+    """(N, K / block) per-block floats -> [tile][block][16 columns], flat, in the table's own float type."""
     n, blocks = table.shape
-    tiled = table.reshape(n // TILE, TILE, blocks).transpose(0, 2, 1)
-    return np.ascontiguousarray(tiled).astype(np.float32).reshape(-1)
+    return np.ascontiguousarray(table.reshape(n // TILE, TILE, blocks).transpose(0, 2, 1)).reshape(-1)
 
 
 def supports(weights: BlockWeights) -> bool:
@@ -48,16 +47,32 @@ def supports(weights: BlockWeights) -> bool:
     return weights.block_size in (16, 32) and n % TILE == 0 and k % weights.block_size == 0
 
 
-def block_matmul_node(x: str, y: str, weights: BlockWeights, prefix: str) -> tuple[onnx.NodeProto,
-                                                                                   list[onnx.TensorProto]]:
-    """One BlockMatMul computing y = x @ W^T for `weights`, and its initializers (named after `prefix`)."""
+def half_tables(weights: BlockWeights) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """(scales, minima) as float16 when they give back the float32 tables exactly (a GGUF grid's d and m are
+    float16; the kernel computes offset = m + zero * d in float32), else None."""
+    scales = weights.scales.astype(np.float16)
+    if not np.array_equal(scales.astype(np.float32), weights.scales):
+        return None
+    if weights.offsets is None:
+        return scales, None
+    minima = (weights.offsets - np.float32(weights.zero) * weights.scales).astype(np.float16)
+    rebuilt = minima.astype(np.float32) + np.float32(weights.zero) * scales.astype(np.float32)
+    return (scales, minima) if np.array_equal(rebuilt, weights.offsets) else None
+
+
+def block_matmul_node(x: str, y: str, weights: BlockWeights, prefix: str,
+                      allow_half: bool = True) -> tuple[onnx.NodeProto, list[onnx.TensorProto]]:
+    """One BlockMatMul computing y = x @ W^T for `weights`, and its initializers (named after `prefix`): float16
+    tables (BlockMatMulF16: 20 bytes per 32 4-bit weights instead of 24) where they are exact."""
     n, k = weights.shape
+    half = half_tables(weights) if allow_half else None
+    scales, offsets = half if half else (weights.scales, weights.offsets)
     inits = [numpy_helper.from_array(tile_codes(weights.codes, weights.bits, weights.block_size), f"{prefix}.tiled"),
-             numpy_helper.from_array(tile_table(weights.scales), f"{prefix}.tscales")]
+             numpy_helper.from_array(tile_table(scales), f"{prefix}.tscales")]
     inputs = [x, inits[0].name, inits[1].name]
-    if weights.offsets is not None:
-        inits.append(numpy_helper.from_array(tile_table(weights.offsets), f"{prefix}.toffsets"))
+    if offsets is not None:
+        inits.append(numpy_helper.from_array(tile_table(offsets), f"{prefix}.t{'minima' if half else 'offsets'}"))
         inputs.append(inits[2].name)
-    node = helper.make_node(OP, inputs, [y], name=f"{prefix}.block_matmul", domain=DOMAIN, K=k, N=n,
-                            bits=weights.bits, block_size=weights.block_size, zero=weights.zero)
+    node = helper.make_node(OP + ("F16" if half else ""), inputs, [y], name=f"{prefix}.block_matmul", domain=DOMAIN,
+                            K=k, N=n, bits=weights.bits, block_size=weights.block_size, zero=weights.zero)
     return node, inits

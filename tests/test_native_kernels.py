@@ -4,6 +4,8 @@ that drafts losslessly, and the messages when it cannot be built or loaded."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -12,7 +14,7 @@ from gguf import GGMLQuantizationType as Q
 from onnx import TensorProto, helper
 
 from mtpedge.export.gguf_grid import decompose
-from mtpedge.export.native_matmul import block_matmul_node
+from mtpedge.export.native_matmul import block_matmul_node, half_tables
 from mtpedge.export.quantize_bundle import QuantConfig, quantize_bundle
 from mtpedge.runtime import kernels
 from mtpedge.runtime.bundle import BundleError, read_manifest
@@ -37,9 +39,9 @@ def _grid(qtype, n: int, k: int, block: int, seed: int = 0):
     return decompose(random_gguf_rows(qtype, n, k, seed), qtype)[0].split_blocks(block)
 
 
-def _session(library, weights) -> ort.InferenceSession:
+def _session(library, weights, allow_half: bool = True) -> ort.InferenceSession:
     n, k = weights.shape
-    node, inits = block_matmul_node("x", "y", weights, "w")
+    node, inits = block_matmul_node("x", "y", weights, "w", allow_half)
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "T", k])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "T", n])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
@@ -103,6 +105,21 @@ def test_a_row_gets_the_same_bits_at_every_width_on_both_code_paths(library, qty
                 assert np.array_equal(part, wide[:, start:start + width]), (path, width, start)
         results[path] = wide
     assert np.array_equal(results["default"], results["portable"])
+
+
+@pytest.mark.parametrize("qtype,block", GRIDS, ids=IDS)
+def test_float16_tables_hold_a_gguf_grid_exactly_and_compute_the_same_bits(library, qtype, block):
+    """A GGUF grid's scales and minima are float16 in the file: BlockMatMulF16 reads them at 20 bytes per 32 4-bit
+    weights instead of 24 and computes what the float32 tables compute, bit for bit."""
+    weights = _grid(qtype, 48, 256, block, seed=4)
+    assert half_tables(weights) is not None
+    assert block_matmul_node("x", "y", weights, "w")[0].op_type == "BlockMatMulF16"
+    assert block_matmul_node("x", "y", weights, "w", allow_half=False)[0].op_type == "BlockMatMul"
+    half, full = _session(library, weights), _session(library, weights, allow_half=False)
+    x = np.random.default_rng(5).standard_normal((1, 7, 256)).astype(np.float32)
+    assert np.array_equal(half.run(None, {"x": x})[0], full.run(None, {"x": x})[0])
+    rtn = dataclasses.replace(weights, scales=weights.scales * np.float32(1.0001))  # not float16 any more
+    assert half_tables(rtn) is None
 
 
 def test_shapes_the_kernel_does_not_take_are_refused_when_the_session_loads(library):

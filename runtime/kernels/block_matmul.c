@@ -16,7 +16,9 @@
  * Tiled code layout (written by export/native_matmul.py), G = block / 4 groups of 4 inputs per block:
  *   8-bit: codes[tile][b][g][16 columns][4 inputs]                       (block * 16 bytes per tile-block)
  *   4-bit: byte (h, j, t) = u[j][4h + t] | u[j][4(h + G/2) + t] << 4     (block * 8 bytes per tile-block)
- * scales / offsets: [tile][b][16] float32.
+ * scales / offsets: [tile][b][16] float32; or, with half tables, float16 scales d and float16 block minima m, the
+ * offset then m + zero * d, computed here in float32 (zero is a power of two: the float32 table's value exactly).
+ * Half tables read 20 bytes per 32 4-bit weights instead of 24, as llama.cpp's Q4_1 does.
  */
 #include <math.h>
 #include <stdint.h>
@@ -61,6 +63,38 @@ void bm_quantize_rows(const float* x, int64_t rows, int64_t k, int64_t block, in
 
 /* ---- portable path: any CPU (the reference the vector path is tested against) ---- */
 
+static float half_to_float(uint16_t h) {
+  const uint32_t sign = (uint32_t)(h & 0x8000) << 16, exponent = (h >> 10) & 31, mantissa = h & 1023;
+  uint32_t bits;
+  if (exponent == 31) {
+    bits = sign | 0x7f800000u | (mantissa << 13);
+  } else if (exponent) {
+    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  } else if (mantissa) { /* subnormal: the value is mantissa * 2^-24, exact in float32 */
+    float v = (float)mantissa * 5.9604644775390625e-8f;
+    return sign ? -v : v;
+  } else {
+    bits = sign;
+  }
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+/* one block's 16 scales and offsets as float32, whatever the tables hold */
+static void block_tables(const BmMatrix* m, int64_t index, float* scale, float* offset) {
+  for (int j = 0; j < TILE; ++j) {
+    if (m->half_tables) {
+      scale[j] = half_to_float(((const uint16_t*)m->scales)[index + j]);
+      offset[j] = m->offsets ? fmaf((float)m->zero, scale[j], half_to_float(((const uint16_t*)m->offsets)[index + j]))
+                             : 0.f;
+    } else {
+      scale[j] = ((const float*)m->scales)[index + j];
+      offset[j] = m->offsets ? ((const float*)m->offsets)[index + j] : 0.f;
+    }
+  }
+}
+
 static void code_of(const BmMatrix* m, int64_t tile, int64_t b, int j, int i, int* u) {
   const int g = i / 4, t = i % 4, groups = (int)(m->block / 4);
   if (m->bits == 8) {
@@ -79,8 +113,8 @@ static void tiles_portable(const BmMatrix* m, const BmRows* a, int64_t rows, int
     for (int64_t r = 0; r < rows; ++r) {
       float acc[TILE] = {0};
       for (int64_t b = 0; b < nb; ++b) {
-        const float* sc = m->scales + (tile * nb + b) * TILE;
-        const float* of = m->offsets ? m->offsets + (tile * nb + b) * TILE : NULL;
+        float sc[TILE], of[TILE];
+        block_tables(m, (tile * nb + b) * TILE, sc, of);
         const int8_t* q = a->q + r * m->k + b * m->block;
         for (int j = 0; j < TILE; ++j) {
           int32_t dot = 0;
@@ -91,7 +125,7 @@ static void tiles_portable(const BmMatrix* m, const BmRows* a, int64_t rows, int
           }
           dot -= a->zsum[r * nb + b];
           acc[j] = fmaf((float)dot, sc[j] * a->d[r * nb + b], acc[j]);
-          if (of) acc[j] = fmaf(of[j], a->s[r * nb + b], acc[j]);
+          if (m->offsets) acc[j] = fmaf(of[j], a->s[r * nb + b], acc[j]);
         }
       }
       memcpy(y + r * m->n + tile * TILE, acc, sizeof acc);
@@ -125,8 +159,17 @@ AVX512 void tile_rows_avx512(const BmMatrix* m, const BmRows* a, int64_t r0, int
         w[h] = v;
       }
     }
-    const __m512 scale = _mm512_loadu_ps(m->scales + (tile * nb + b) * TILE);
-    const __m512 offset = m->offsets ? _mm512_loadu_ps(m->offsets + (tile * nb + b) * TILE) : _mm512_setzero_ps();
+    const int64_t at = (tile * nb + b) * TILE;
+    __m512 scale, offset = _mm512_setzero_ps();
+    if (m->half_tables) {
+      scale = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)((const uint16_t*)m->scales + at)));
+      if (m->offsets)
+        offset = _mm512_fmadd_ps(_mm512_set1_ps((float)m->zero), scale,
+                                 _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)((const uint16_t*)m->offsets + at))));
+    } else {
+      scale = _mm512_loadu_ps((const float*)m->scales + at);
+      if (m->offsets) offset = _mm512_loadu_ps((const float*)m->offsets + at);
+    }
     for (int r = 0; r < nrows; ++r) {
       const int64_t row = r0 + r;
       const int32_t* q = (const int32_t*)(a->q + row * m->k + b * m->block);

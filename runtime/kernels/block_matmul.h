@@ -6,9 +6,10 @@
 typedef struct {
   int64_t n, k, block; /* outputs, inputs, inputs per block (16 or 32) */
   int bits, zero;      /* code width (4 or 8) and the code that stands for 0 */
+  int half_tables;     /* 0: float32 scales and offsets; 1: float16 scales and block minima (see block_matmul.c) */
   const uint8_t* codes;
-  const float* scales;
-  const float* offsets; /* NULL: no block minimum */
+  const void* scales;
+  const void* offsets; /* NULL: no block minimum */
 } BmMatrix;
 
 typedef struct {    /* rows of activations, quantized per block */

@@ -1,6 +1,7 @@
-/* onnxruntime custom operator com.mtpedge.BlockMatMul over block_matmul.c.
+/* onnxruntime custom operators com.mtpedge.BlockMatMul and BlockMatMulF16 over block_matmul.c.
  *
- *   Y = BlockMatMul(X, codes, scales[, offsets])   X (..., K) float32 -> Y (..., N) float32
+ *   Y = BlockMatMul(X, codes, scales[, offsets])       X (..., K) float32 -> Y (..., N) float32; float32 tables
+ *   Y = BlockMatMulF16(X, codes, scales[, minima])     the same with float16 scales and block minima
  *   attributes K, N, bits, block_size, zero
  *
  * Registered by `SessionOptions.register_custom_ops_library` (runtime/kernels/__init__.py). Built against the C
@@ -19,7 +20,14 @@
 static const OrtApi* g_api;
 
 typedef struct {
+  OrtCustomOp base; /* first: onnxruntime hands back a pointer to it */
+  int half_tables;
+  const char* name;
+} Op;
+
+typedef struct {
   int64_t k, n, bits, block, zero;
+  int half_tables;
 } Kernel;
 
 typedef struct {
@@ -39,9 +47,9 @@ static OrtStatus* fail(const char* what) { return g_api->CreateStatus(ORT_INVALI
 
 static OrtStatus* ORT_API_CALL create_kernel(const OrtCustomOp* op, const OrtApi* api, const OrtKernelInfo* info,
                                              void** out) {
-  (void)op;
   Kernel* kernel = calloc(1, sizeof(Kernel));
   if (!kernel) return api->CreateStatus(ORT_FAIL, "BlockMatMul: out of memory");
+  kernel->half_tables = ((const Op*)op)->half_tables;
   OrtStatus* status = NULL;
   if ((status = api->KernelInfoGetAttribute_int64(info, "K", &kernel->k)) ||
       (status = api->KernelInfoGetAttribute_int64(info, "N", &kernel->n)) ||
@@ -51,7 +59,7 @@ static OrtStatus* ORT_API_CALL create_kernel(const OrtCustomOp* op, const OrtApi
     free(kernel);
     return status;
   }
-  BmMatrix probe = {kernel->n, kernel->k, kernel->block, (int)kernel->bits, (int)kernel->zero, NULL, NULL, NULL};
+  BmMatrix probe = {kernel->n, kernel->k, kernel->block, (int)kernel->bits, (int)kernel->zero, 0, NULL, NULL, NULL};
   const char* why = bm_check(&probe);
   if (why) {
     free(kernel);
@@ -135,7 +143,8 @@ static OrtStatus* ORT_API_CALL compute(void* kernel_ptr, OrtKernelContext* ctx) 
     q.s = (float*)((char*)q.s + pad);
   }
   bm_quantize_rows(x, rows, kernel->k, kernel->block, (int)kernel->zero, &q);
-  BmMatrix m = {kernel->n, kernel->k, kernel->block, (int)kernel->bits, (int)kernel->zero, codes, scales, offsets};
+  BmMatrix m = {kernel->n,           kernel->k, kernel->block, (int)kernel->bits, (int)kernel->zero,
+                kernel->half_tables, codes,     scales,        offsets};
   const int64_t tiles = kernel->n / 16;
   Task task = {&m, &q, rows, tiles, y};
   const size_t tasks = (size_t)((tiles + TILES_PER_TASK - 1) / TILES_PER_TASK);
@@ -145,11 +154,12 @@ static OrtStatus* ORT_API_CALL compute(void* kernel_ptr, OrtKernelContext* ctx) 
 }
 
 static void ORT_API_CALL destroy_kernel(void* kernel) { free(kernel); }
-static const char* ORT_API_CALL op_name(const OrtCustomOp* op) { (void)op; return "BlockMatMul"; }
+static const char* ORT_API_CALL op_name(const OrtCustomOp* op) { return ((const Op*)op)->name; }
 static const char* ORT_API_CALL op_provider(const OrtCustomOp* op) { (void)op; return "CPUExecutionProvider"; }
 static ONNXTensorElementDataType ORT_API_CALL input_type(const OrtCustomOp* op, size_t i) {
-  (void)op;
-  return i == 1 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8 : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+  if (i == 1) return ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8;
+  if (i >= 2 && ((const Op*)op)->half_tables) return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
+  return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
 }
 static size_t ORT_API_CALL input_count(const OrtCustomOp* op) { (void)op; return 4; }
 static ONNXTensorElementDataType ORT_API_CALL output_type(const OrtCustomOp* op, size_t i) {
@@ -173,39 +183,50 @@ static int ORT_API_CALL end_version(const OrtCustomOp* op) { (void)op; return 21
 static size_t ORT_API_CALL no_pairs(int** in, int** out) { *in = NULL; *out = NULL; return 0; }
 static void ORT_API_CALL release_pairs(int* in, int* out) { (void)in; (void)out; }
 
-static OrtCustomOp g_op;
+static Op g_ops[2];
 
 const char* mtpedge_kernel_path(void) { return bm_path(); }
+
+static void define(Op* op, const char* name, int half_tables) {
+  OrtCustomOp* o = &op->base;
+  memset(op, 0, sizeof *op);
+  op->name = name;
+  op->half_tables = half_tables;
+  o->version = ORT_API_VERSION;
+  o->GetName = op_name;
+  o->GetExecutionProviderType = op_provider;
+  o->GetInputType = input_type;
+  o->GetInputTypeCount = input_count;
+  o->GetOutputType = output_type;
+  o->GetOutputTypeCount = output_count;
+  o->GetInputCharacteristic = input_kind;
+  o->GetOutputCharacteristic = output_kind;
+  o->GetInputMemoryType = input_memory;
+  o->GetVariadicInputMinArity = variadic_arity;
+  o->GetVariadicInputHomogeneity = variadic_homogeneity;
+  o->GetVariadicOutputMinArity = variadic_arity;
+  o->GetVariadicOutputHomogeneity = variadic_homogeneity;
+  o->CreateKernelV2 = create_kernel;
+  o->KernelComputeV2 = compute;
+  o->KernelDestroy = destroy_kernel;
+  o->GetStartVersion = start_version;
+  o->GetEndVersion = end_version;
+  o->GetMayInplace = no_pairs;
+  o->ReleaseMayInplace = release_pairs;
+  o->GetAliasMap = no_pairs;
+  o->ReleaseAliasMap = release_pairs;
+}
 
 ORT_EXPORT OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* base) {
   g_api = base->GetApi(ORT_API_VERSION);
   if (!g_api) return NULL; /* an onnxruntime older than 1.21: nothing to register with */
-  memset(&g_op, 0, sizeof g_op);
-  g_op.version = ORT_API_VERSION;
-  g_op.GetName = op_name;
-  g_op.GetExecutionProviderType = op_provider;
-  g_op.GetInputType = input_type;
-  g_op.GetInputTypeCount = input_count;
-  g_op.GetOutputType = output_type;
-  g_op.GetOutputTypeCount = output_count;
-  g_op.GetInputCharacteristic = input_kind;
-  g_op.GetOutputCharacteristic = output_kind;
-  g_op.GetInputMemoryType = input_memory;
-  g_op.GetVariadicInputMinArity = variadic_arity;
-  g_op.GetVariadicInputHomogeneity = variadic_homogeneity;
-  g_op.GetVariadicOutputMinArity = variadic_arity;
-  g_op.GetVariadicOutputHomogeneity = variadic_homogeneity;
-  g_op.CreateKernelV2 = create_kernel;
-  g_op.KernelComputeV2 = compute;
-  g_op.KernelDestroy = destroy_kernel;
-  g_op.GetStartVersion = start_version;
-  g_op.GetEndVersion = end_version;
-  g_op.GetMayInplace = no_pairs;
-  g_op.ReleaseMayInplace = release_pairs;
-  g_op.GetAliasMap = no_pairs;
-  g_op.ReleaseAliasMap = release_pairs;
+  if (!g_ops[0].name) { /* once: sessions registered earlier keep pointers to these */
+    define(&g_ops[0], "BlockMatMul", 0);
+    define(&g_ops[1], "BlockMatMulF16", 1);
+  }
   OrtCustomOpDomain* domain = NULL;
   TRY(g_api->CreateCustomOpDomain(DOMAIN, &domain));
-  TRY(g_api->CustomOpDomain_Add(domain, &g_op));
+  TRY(g_api->CustomOpDomain_Add(domain, &g_ops[0].base));
+  TRY(g_api->CustomOpDomain_Add(domain, &g_ops[1].base));
   return g_api->AddCustomOpDomain(options, domain);
 }
