@@ -23,12 +23,13 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from mtpedge.runtime.contract import LORA_GATE
+from mtpedge.runtime.contract import DEFAULT_MASK_VALUE, LORA_GATE
 from mtpedge.runtime.kernels import native_kernels_pay
 
 from .block_weights import BlockWeights, quantize_rtn
 from .integer_gemm import to_integer_gemm
 from .matmul_nbits import MatMulRewriter, weight_matmuls
+from .native_attention import fuse_cache_attention
 from .native_matmul import NATIVE_LABEL
 from .onnx_graphs import SharedWeights
 from .staging import copy_host_files, float_source, staged_folder
@@ -223,9 +224,11 @@ def lora_matmuls(model: onnx.ModelProto) -> set[str]:
     return found
 
 
-def quantize_graph(src_file: Path, source: WeightSource, weights_file: SharedWeights) -> tuple[onnx.ModelProto, int]:
-    """One graph's weight MatMuls as MatMulNBits. An MTP adapter graph's LoRA MatMuls stay float32: they are
-    small, and the GGUF holds no grid for them."""
+def quantize_graph(src_file: Path, source: WeightSource, weights_file: SharedWeights,
+                   mask_value: float = DEFAULT_MASK_VALUE) -> tuple[onnx.ModelProto, int]:
+    """One graph's weight MatMuls as MatMulNBits (or BlockMatMul, with each layer's attention as one CacheAttention,
+    on mtpedge's kernels). An MTP adapter graph's LoRA MatMuls stay float32: they are small, and the GGUF holds no
+    grid for them."""
     model = onnx.load(str(src_file), load_external_data=False)
     folder = src_file.parent
     rewriter = MatMulRewriter(model)
@@ -251,6 +254,8 @@ def quantize_graph(src_file: Path, source: WeightSource, weights_file: SharedWei
         rewriter.replace_side_by_side([node for node, _ in members], [w for _, w in members], level, native)
     replaced = sum(len(members) for members in groups.values())
     rewriter.finish()
+    if native:
+        fuse_cache_attention(model, mask_value)
     if source.config.integer_gemm:
         to_integer_gemm(model)
     for tensor in model.graph.initializer:  # what stays float comes along into the new weights file
@@ -283,7 +288,7 @@ def quantize_bundle(
         entries = []
         try:
             for i, entry in enumerate(manifest.graphs, 1):
-                model, replaced = quantize_graph(src / entry.file, source, shared)
+                model, replaced = quantize_graph(src / entry.file, source, shared, manifest.mask_value)
                 onnx.save_model(model, tmp / entry.file)
                 entries.append(replace(entry, precision=config.label))
                 op = "BlockMatMul" if config.kernels == "mtpedge" else "MatMulNBits"

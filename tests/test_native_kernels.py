@@ -138,6 +138,67 @@ def test_shapes_the_kernel_does_not_take_are_refused_when_the_session_loads(libr
         ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
+def _attention_session(library, heads: int, kv_heads: int, rows: int, context: int) -> ort.InferenceSession:
+    dims = {"q": [1, heads, rows, 64], "new_key": [1, kv_heads, rows, 64], "new_value": [1, kv_heads, rows, 64],
+            "past_key": [1, kv_heads, context, 64], "past_value": [1, kv_heads, context, 64]}
+    inputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape) for name, shape in dims.items()]
+    inputs += [helper.make_tensor_value_info("cache_slots", TensorProto.INT64, [1, rows]),
+               helper.make_tensor_value_info("attention_bias", TensorProto.FLOAT, [1, 1, rows, context])]
+    node = helper.make_node("CacheAttention", [i.name for i in inputs], ["out", "present_key", "present_value"],
+                            domain=kernels.DOMAIN, scale=0.125, masked_below=-5e8)
+    outputs = [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, rows, heads * 64]),
+               helper.make_tensor_value_info("present_key", TensorProto.FLOAT, dims["past_key"]),
+               helper.make_tensor_value_info("present_value", TensorProto.FLOAT, dims["past_value"])]
+    model = helper.make_model(helper.make_graph([node], "g", inputs, outputs),
+                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(kernels.DOMAIN, 1)])
+    options = ort.SessionOptions()
+    options.register_custom_ops_library(str(library))
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize("path", ["default", "portable"])
+def test_cache_attention_attends_over_the_open_columns_alike_at_every_width_and_bucket(library, path, monkeypatch):
+    """CacheAttention (9 query heads over 3 key/value heads, as SmolLM2) writes the block's rows into the cache and
+    attends each row over the columns its bias opens: the softmax attention of the traced graph, and a row's bits do
+    not depend on the other rows of the call or on how many hidden columns the bucket has."""
+    from mtpedge.runtime.attention_bias import block_inputs
+
+    if path == "portable":
+        monkeypatch.setenv("MTPEDGE_KERNELS_PORTABLE", "1")
+    rng = np.random.default_rng(7)
+    heads, kv, n_past, rows = 9, 3, 21, 4
+    cache = {name: rng.standard_normal((1, kv, 64, 64)).astype(np.float32) for name in ("past_key", "past_value")}
+    feeds = {"q": rng.standard_normal((1, heads, rows, 64)).astype(np.float32),
+             "new_key": rng.standard_normal((1, kv, rows, 64)).astype(np.float32),
+             "new_value": rng.standard_normal((1, kv, rows, 64)).astype(np.float32)}
+    bias, slots = block_inputs(n_past, np.tril(np.ones((rows, rows), bool)), rows, 64, -1e9)  # a chain
+    out, present_key, present_value = _attention_session(library, heads, kv, rows, 64).run(
+        None, {**feeds, **cache, "cache_slots": slots, "attention_bias": bias})
+    keys, values = cache["past_key"].copy(), cache["past_value"].copy()
+    keys[:, :, n_past:n_past + rows], values[:, :, n_past:n_past + rows] = feeds["new_key"], feeds["new_value"]
+    assert np.array_equal(present_key, keys) and np.array_equal(present_value, values)
+    for h in range(heads):  # float64 reference
+        g = h // (heads // kv)
+        scores = (feeds["q"][0, h].astype(np.float64) * 0.125) @ keys[0, g].T.astype(np.float64) + bias[0, 0]
+        p = np.exp(scores - scores.max(-1, keepdims=True))
+        expected = (p / p.sum(-1, keepdims=True)) @ values[0, g].astype(np.float64)
+        assert np.allclose(out[0, :, h * 64:(h + 1) * 64], expected, atol=2e-6, rtol=1e-5), h
+    one_row = _attention_session(library, heads, kv, 1, 64)
+    wide_bucket = _attention_session(library, heads, kv, 1, 128)
+    for t in range(rows):  # each row again as plain decoding computes it, in a bucket of 64 and of 128 columns
+        row = {"q": feeds["q"][:, :, t:t + 1], "new_key": feeds["new_key"][:, :, t:t + 1],
+               "new_value": feeds["new_value"][:, :, t:t + 1], "cache_slots": slots[:, t:t + 1]}
+        alone = one_row.run(None, {**row, "past_key": keys, "past_value": values,
+                                   "attention_bias": bias[:, :, t:t + 1]})[0]
+        assert np.array_equal(alone[0, 0], out[0, t]), t
+        padded = np.full((1, 1, 1, 128), -1e9, np.float32)
+        padded[..., :64] = bias[:, :, t:t + 1]
+        wider = wide_bucket.run(None, {**row, "past_key": np.pad(keys, ((0, 0), (0, 0), (0, 64), (0, 0))),
+                                       "past_value": np.pad(values, ((0, 0), (0, 0), (0, 64), (0, 0))),
+                                       "attention_bias": padded})[0]
+        assert np.array_equal(wider[0, 0], out[0, t]), t
+
+
 def test_the_kernels_take_only_int8_activation_recipes():
     with pytest.raises(ValueError, match="int8 blocks"):
         QuantConfig("gguf", accuracy_level=0, kernels="mtpedge")
@@ -158,6 +219,7 @@ def test_a_bundle_on_the_kernels_holds_no_onnxruntime_products_and_keeps_quality
     for entry in manifest.graphs:
         ops = {n.op_type for n in onnx.load(str(native_bundle / entry.file), load_external_data=False).graph.node}
         assert "BlockMatMul" in ops and not ops & {"MatMulNBits", "ReduceSum"}, entry.name  # minima in the kernel
+        assert "CacheAttention" in ops and not ops & {"ScatterElements", "Softmax"}, entry.name
     quality = manifest.extras["quality"]
     assert quality["top1_agreement"] >= 0.9, quality
     assert quality["perplexity"]["quantized"] == pytest.approx(quality["perplexity"]["float32"], rel=0.05)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-SOURCES = ("block_matmul.c", "ort_op.c", "block_matmul.h")
+SOURCES = ("block_matmul.c", "cache_attention.c", "ort_op.c", "block_matmul.h", "cache_attention.h")
 LIBRARY_NAME = "libmtpedge_kernels.so"
 HEADERS_DEB = ("http://deb.debian.org/debian/pool/main/o/onnxruntime/libonnxruntime-dev_1.21.0+dfsg-1_amd64.deb",
                "14f7d959d5deacbcf1504830d4189f91fc67382b399ed9ae9d3aa9c4050ced08")

@@ -1,8 +1,11 @@
-/* onnxruntime custom operators com.mtpedge.BlockMatMul and BlockMatMulF16 over block_matmul.c.
+/* onnxruntime custom operators of domain com.mtpedge:
  *
  *   Y = BlockMatMul(X, codes, scales[, offsets])       X (..., K) float32 -> Y (..., N) float32; float32 tables
  *   Y = BlockMatMulF16(X, codes, scales[, minima])     the same with float16 scales and block minima
- *   attributes K, N, bits, block_size, zero
+ *       attributes K, N, bits, block_size, zero                                     (block_matmul.c)
+ *   out, present_key, present_value = CacheAttention(q, new_key, new_value, past_key, past_value, cache_slots,
+ *       attention_bias)   q (1, H, T, D), new_* (1, KV, T, D), past_* (1, KV, C, D), cache_slots (1, T) int64,
+ *       attention_bias (1, 1, T, C) -> out (1, T, H * D); attributes scale, masked_below   (cache_attention.c)
  *
  * Registered by `SessionOptions.register_custom_ops_library` (runtime/kernels/__init__.py). Built against the C
  * API of onnxruntime 1.21 (version 21); onnxruntime serves older API versions to newer runtimes.
@@ -13,21 +16,27 @@
 #include <onnxruntime_c_api.h>
 
 #include "block_matmul.h"
+#include "cache_attention.h"
 
 #define TILES_PER_TASK 4
 #define DOMAIN "com.mtpedge"
 
 static const OrtApi* g_api;
 
+typedef enum { BLOCK_MATMUL, CACHE_ATTENTION } OpKind;
+
 typedef struct {
   OrtCustomOp base; /* first: onnxruntime hands back a pointer to it */
+  OpKind kind;
   int half_tables;
   const char* name;
 } Op;
 
 typedef struct {
+  OpKind kind;
   int64_t k, n, bits, block, zero;
   int half_tables;
+  float scale, masked_below; /* CacheAttention */
 } Kernel;
 
 typedef struct {
@@ -48,9 +57,19 @@ static OrtStatus* fail(const char* what) { return g_api->CreateStatus(ORT_INVALI
 static OrtStatus* ORT_API_CALL create_kernel(const OrtCustomOp* op, const OrtApi* api, const OrtKernelInfo* info,
                                              void** out) {
   Kernel* kernel = calloc(1, sizeof(Kernel));
-  if (!kernel) return api->CreateStatus(ORT_FAIL, "BlockMatMul: out of memory");
+  if (!kernel) return api->CreateStatus(ORT_FAIL, "mtpedge kernels: out of memory");
+  kernel->kind = ((const Op*)op)->kind;
   kernel->half_tables = ((const Op*)op)->half_tables;
   OrtStatus* status = NULL;
+  if (kernel->kind == CACHE_ATTENTION) {
+    if ((status = api->KernelInfoGetAttribute_float(info, "scale", &kernel->scale)) ||
+        (status = api->KernelInfoGetAttribute_float(info, "masked_below", &kernel->masked_below))) {
+      free(kernel);
+      return status;
+    }
+    *out = kernel;
+    return NULL;
+  }
   if ((status = api->KernelInfoGetAttribute_int64(info, "K", &kernel->k)) ||
       (status = api->KernelInfoGetAttribute_int64(info, "N", &kernel->n)) ||
       (status = api->KernelInfoGetAttribute_int64(info, "bits", &kernel->bits)) ||
@@ -92,8 +111,80 @@ static OrtStatus* tensor_data(OrtKernelContext* ctx, size_t index, const void** 
   return g_api->GetTensorMutableData((OrtValue*)value, (void**)data);
 }
 
+static OrtStatus* shape_of(OrtKernelContext* ctx, size_t index, int64_t* dims, size_t rank) {
+  const OrtValue* value = NULL;
+  TRY(g_api->KernelContext_GetInput(ctx, index, &value));
+  OrtTensorTypeAndShapeInfo* info = NULL;
+  TRY(g_api->GetTensorTypeAndShape(value, &info));
+  size_t actual = 0;
+  OrtStatus* status = g_api->GetDimensionsCount(info, &actual);
+  if (!status && actual != rank) status = fail("CacheAttention: an input has an unexpected rank");
+  if (!status) status = g_api->GetDimensions(info, dims, rank);
+  g_api->ReleaseTensorTypeAndShapeInfo(info);
+  return status;
+}
+
+typedef struct {
+  const AttnShape* shape;
+  const float *q, *key, *value, *bias;
+  float *out, *scores; /* scores: C floats of scratch per head */
+} AttnTask;
+
+static void run_head(void* data, size_t h) {
+  const AttnTask* t = data;
+  attn_head(t->shape, t->q, t->key, t->value, t->bias, t->out, (int64_t)h, t->scores + h * t->shape->context);
+}
+
+static OrtStatus* compute_attention(const Kernel* kernel, OrtKernelContext* ctx) {
+  int64_t q_dims[4], kv_dims[4], new_dims[4], bias_dims[4];
+  TRY(shape_of(ctx, 0, q_dims, 4));
+  TRY(shape_of(ctx, 1, new_dims, 4));
+  TRY(shape_of(ctx, 3, kv_dims, 4));
+  TRY(shape_of(ctx, 6, bias_dims, 4));
+  AttnShape s = {q_dims[1], kv_dims[1], q_dims[3], q_dims[2], kv_dims[2], kernel->scale, kernel->masked_below};
+  if (s.kv_heads <= 0 || s.heads % s.kv_heads || kv_dims[3] != s.head_dim || new_dims[1] != s.kv_heads ||
+      new_dims[2] != s.rows || bias_dims[2] != s.rows || bias_dims[3] != s.context)
+    return fail("CacheAttention: q, new rows, cache and bias shapes do not agree");
+  const void *q, *new_key, *new_value, *past_key, *past_value, *slots, *bias;
+  size_t count;
+  TRY(tensor_data(ctx, 0, &q, &count));
+  TRY(tensor_data(ctx, 1, &new_key, &count));
+  TRY(tensor_data(ctx, 2, &new_value, &count));
+  TRY(tensor_data(ctx, 3, &past_key, &count));
+  TRY(tensor_data(ctx, 4, &past_value, &count));
+  TRY(tensor_data(ctx, 5, &slots, &count));
+  TRY(tensor_data(ctx, 6, &bias, &count));
+  for (int64_t t = 0; t < s.rows; ++t) {
+    const int64_t slot = ((const int64_t*)slots)[t];
+    if (slot < 0 || slot >= s.context) return fail("CacheAttention: a cache slot lies outside the cache");
+  }
+  const size_t cache_bytes = sizeof(float) * (size_t)(s.kv_heads * s.context * s.head_dim);
+  float* present[2];
+  const void* past[2] = {past_key, past_value};
+  const void* rows[2] = {new_key, new_value};
+  for (int i = 0; i < 2; ++i) {
+    OrtValue* value = NULL;
+    TRY(g_api->KernelContext_GetOutput(ctx, (size_t)(1 + i), kv_dims, 4, &value));
+    TRY(g_api->GetTensorMutableData(value, (void**)&present[i]));
+    if ((const void*)present[i] != past[i]) memcpy(present[i], past[i], cache_bytes); /* not bound in place */
+    attn_write_rows(&s, present[i], rows[i], slots);
+  }
+  int64_t out_dims[3] = {1, s.rows, s.heads * s.head_dim};
+  OrtValue* out_value = NULL;
+  float* out = NULL;
+  TRY(g_api->KernelContext_GetOutput(ctx, 0, out_dims, 3, &out_value));
+  TRY(g_api->GetTensorMutableData(out_value, (void**)&out));
+  float* scores = malloc(sizeof(float) * (size_t)(s.heads * s.context));
+  if (!scores) return g_api->CreateStatus(ORT_FAIL, "CacheAttention: out of memory");
+  AttnTask task = {&s, q, present[0], present[1], bias, out, scores};
+  OrtStatus* status = g_api->KernelContext_ParallelFor(ctx, run_head, (size_t)s.heads, 0, &task);
+  free(scores);
+  return status;
+}
+
 static OrtStatus* ORT_API_CALL compute(void* kernel_ptr, OrtKernelContext* ctx) {
   const Kernel* kernel = kernel_ptr;
+  if (kernel->kind == CACHE_ATTENTION) return compute_attention(kernel, ctx);
   const OrtValue* x_value = NULL;
   TRY(g_api->KernelContext_GetInput(ctx, 0, &x_value));
   OrtTensorTypeAndShapeInfo* info = NULL;
@@ -157,19 +248,24 @@ static void ORT_API_CALL destroy_kernel(void* kernel) { free(kernel); }
 static const char* ORT_API_CALL op_name(const OrtCustomOp* op) { return ((const Op*)op)->name; }
 static const char* ORT_API_CALL op_provider(const OrtCustomOp* op) { (void)op; return "CPUExecutionProvider"; }
 static ONNXTensorElementDataType ORT_API_CALL input_type(const OrtCustomOp* op, size_t i) {
+  if (((const Op*)op)->kind == CACHE_ATTENTION)
+    return i == 5 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
   if (i == 1) return ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8;
   if (i >= 2 && ((const Op*)op)->half_tables) return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
   return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
 }
-static size_t ORT_API_CALL input_count(const OrtCustomOp* op) { (void)op; return 4; }
+static size_t ORT_API_CALL input_count(const OrtCustomOp* op) {
+  return ((const Op*)op)->kind == CACHE_ATTENTION ? 7 : 4;
+}
 static ONNXTensorElementDataType ORT_API_CALL output_type(const OrtCustomOp* op, size_t i) {
   (void)op; (void)i;
   return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
 }
-static size_t ORT_API_CALL output_count(const OrtCustomOp* op) { (void)op; return 1; }
+static size_t ORT_API_CALL output_count(const OrtCustomOp* op) {
+  return ((const Op*)op)->kind == CACHE_ATTENTION ? 3 : 1;
+}
 static OrtCustomOpInputOutputCharacteristic ORT_API_CALL input_kind(const OrtCustomOp* op, size_t i) {
-  (void)op;
-  return i == 3 ? INPUT_OUTPUT_OPTIONAL : INPUT_OUTPUT_REQUIRED;
+  return ((const Op*)op)->kind == BLOCK_MATMUL && i == 3 ? INPUT_OUTPUT_OPTIONAL : INPUT_OUTPUT_REQUIRED;
 }
 static OrtCustomOpInputOutputCharacteristic ORT_API_CALL output_kind(const OrtCustomOp* op, size_t i) {
   (void)op; (void)i;
@@ -183,13 +279,14 @@ static int ORT_API_CALL end_version(const OrtCustomOp* op) { (void)op; return 21
 static size_t ORT_API_CALL no_pairs(int** in, int** out) { *in = NULL; *out = NULL; return 0; }
 static void ORT_API_CALL release_pairs(int* in, int* out) { (void)in; (void)out; }
 
-static Op g_ops[2];
+static Op g_ops[3];
 
 const char* mtpedge_kernel_path(void) { return bm_path(); }
 
-static void define(Op* op, const char* name, int half_tables) {
+static void define(Op* op, OpKind kind, const char* name, int half_tables) {
   OrtCustomOp* o = &op->base;
   memset(op, 0, sizeof *op);
+  op->kind = kind;
   op->name = name;
   op->half_tables = half_tables;
   o->version = ORT_API_VERSION;
@@ -221,12 +318,14 @@ ORT_EXPORT OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options,
   g_api = base->GetApi(ORT_API_VERSION);
   if (!g_api) return NULL; /* an onnxruntime older than 1.21: nothing to register with */
   if (!g_ops[0].name) { /* once: sessions registered earlier keep pointers to these */
-    define(&g_ops[0], "BlockMatMul", 0);
-    define(&g_ops[1], "BlockMatMulF16", 1);
+    define(&g_ops[0], BLOCK_MATMUL, "BlockMatMul", 0);
+    define(&g_ops[1], BLOCK_MATMUL, "BlockMatMulF16", 1);
+    define(&g_ops[2], CACHE_ATTENTION, "CacheAttention", 0);
   }
   OrtCustomOpDomain* domain = NULL;
   TRY(g_api->CreateCustomOpDomain(DOMAIN, &domain));
   TRY(g_api->CustomOpDomain_Add(domain, &g_ops[0].base));
   TRY(g_api->CustomOpDomain_Add(domain, &g_ops[1].base));
+  TRY(g_api->CustomOpDomain_Add(domain, &g_ops[2].base));
   return g_api->AddCustomOpDomain(options, domain);
 }

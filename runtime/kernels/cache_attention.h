@@ -1,0 +1,19 @@
+/* Attention of a block's rows over the host KV cache: see cache_attention.c. */
+#ifndef MTPEDGE_CACHE_ATTENTION_H
+#define MTPEDGE_CACHE_ATTENTION_H
+#include <stdint.h>
+
+typedef struct {
+  int64_t heads, kv_heads, head_dim; /* query heads, key/value heads (heads is a multiple), per-head width */
+  int64_t rows, context;             /* the block's rows T, the cache's columns C */
+  float scale;                       /* multiplies q before the dot products */
+  float masked_below;                /* a bias at or below this hides its column */
+} AttnShape;
+
+/* cache (kv_heads, C, head_dim) <- rows (kv_heads, T, head_dim) at columns slots[T] */
+void attn_write_rows(const AttnShape* s, float* cache, const float* rows, const int64_t* slots);
+/* out[t, h, :] for every row t of head h; q (heads, T, head_dim), key / value (kv_heads, C, head_dim), bias (T, C);
+   scores: C floats of scratch */
+void attn_head(const AttnShape* s, const float* q, const float* key, const float* value, const float* bias,
+               float* out, int64_t h, float* scores);
+#endif
