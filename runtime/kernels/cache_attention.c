@@ -94,49 +94,144 @@ static void head_rows_portable(const AttnShape* s, const float* q, const float* 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define AVX512F __attribute__((target("avx512f")))
+#define LANE_ROWS 8 /* from this many rows of a group on, scores are computed 16 rows per register */
 
-/* head_dim 64: four registers per key or value row */
-AVX512F static void head_rows_avx512(const AttnShape* s, const float* q, const float* key, const float* value,
-                                     const float* bias, float* out, int64_t h, float* scores) {
-  const int64_t g = h / (s->heads / s->kv_heads);
+/* v[0] + ... + v[15] as ((v_l + v_l+8) + (v_l+4 ...)) ...: the tree the 16-row path below repeats across
+   registers, so that both give the same bits */
+AVX512F static float sum16(__m512 v) {
+  const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  const __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+  return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
+}
+
+/* exp_nonpositive lane by lane, the same operations */
+AVX512F static __m512 exp16(__m512 x) {
+  const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.f), _CMP_GE_OQ);
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT);
+  const __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), x));
+  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(EXP_C6), r, _mm512_set1_ps(EXP_C5));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C4));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C3));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C2));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+  const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_maskz_mul_ps(live, p, _mm512_castsi512_ps(bits));
+}
+
+/* scores of one row (q already scaled) over its open columns, one column at a time */
+AVX512F static void row_scores(const AttnShape* s, const float* qs, const float* k_g, const float* b, int64_t end,
+                               float* scores) {
+  const __m512 q0 = _mm512_loadu_ps(qs), q1 = _mm512_loadu_ps(qs + 16), q2 = _mm512_loadu_ps(qs + 32),
+               q3 = _mm512_loadu_ps(qs + 48);
+  for (int64_t c = 0; c < end; ++c) {
+    if (!(b[c] > s->masked_below)) {
+      scores[c] = -INFINITY;
+      continue;
+    }
+    const float* k = k_g + c * 64;
+    __m512 acc = _mm512_mul_ps(q0, _mm512_loadu_ps(k));
+    acc = _mm512_fmadd_ps(q1, _mm512_loadu_ps(k + 16), acc);
+    acc = _mm512_fmadd_ps(q2, _mm512_loadu_ps(k + 32), acc);
+    acc = _mm512_fmadd_ps(q3, _mm512_loadu_ps(k + 48), acc);
+    scores[c] = sum16(acc) + b[c];
+  }
+}
+
+/* the same scores for up to 16 rows at once, one row per lane: lane r of P_l holds what lane l of row r's
+   accumulator holds above, and the P_l are summed in sum16's tree */
+AVX512F static void lane_scores(const AttnShape* s, const float* qs, int nrows, const float* k_g,
+                                const float* const* b, const int64_t* end, float* const* scores, float* qt) {
+  for (int d = 0; d < 64; ++d)
+    for (int r = 0; r < 16; ++r) qt[d * 16 + r] = r < nrows ? qs[r * 64 + d] : 0.f;
+  int64_t last = 0;
+  for (int r = 0; r < nrows; ++r) last = end[r] > last ? end[r] : last;
+  for (int64_t c = 0; c < last; ++c) {
+    const float* k = k_g + c * 64;
+    __m512 p[16];
+    for (int l = 0; l < 16; ++l) {
+      p[l] = _mm512_mul_ps(_mm512_loadu_ps(qt + l * 16), _mm512_set1_ps(k[l]));
+      p[l] = _mm512_fmadd_ps(_mm512_loadu_ps(qt + (l + 16) * 16), _mm512_set1_ps(k[l + 16]), p[l]);
+      p[l] = _mm512_fmadd_ps(_mm512_loadu_ps(qt + (l + 32) * 16), _mm512_set1_ps(k[l + 32]), p[l]);
+      p[l] = _mm512_fmadd_ps(_mm512_loadu_ps(qt + (l + 48) * 16), _mm512_set1_ps(k[l + 48]), p[l]);
+    }
+    for (int l = 0; l < 8; ++l) p[l] = _mm512_add_ps(p[l], p[l + 8]);
+    for (int l = 0; l < 4; ++l) p[l] = _mm512_add_ps(p[l], p[l + 4]);
+    const __m512 sums = _mm512_add_ps(_mm512_add_ps(p[0], p[2]), _mm512_add_ps(p[1], p[3]));
+    float lane[16];
+    _mm512_storeu_ps(lane, sums);
+    for (int r = 0; r < nrows; ++r)
+      if (c < end[r]) scores[r][c] = b[r][c] > s->masked_below ? lane[r] + b[r][c] : -INFINITY;
+  }
+}
+
+/* softmax over a row's scores (-inf = hidden) and the weighted sum of values, shared by both score paths */
+AVX512F static void row_output(const float* v_g, int64_t end, float* scores, float* o) {
+  const int64_t blocks = (end + 15) / 16;
+  for (int64_t c = end; c < blocks * 16; ++c) scores[c] = -INFINITY;
+  __m512 top = _mm512_set1_ps(-INFINITY);
+  for (int64_t i = 0; i < blocks; ++i) top = _mm512_max_ps(top, _mm512_loadu_ps(scores + i * 16));
+  const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(top));
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t i = 0; i < blocks; ++i) {
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(scores + i * 16), m));
+    _mm512_storeu_ps(scores + i * 16, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  const __m512 total = _mm512_set1_ps(sum16(sum));
+  for (int64_t i = 0; i < blocks; ++i)
+    _mm512_storeu_ps(scores + i * 16, _mm512_div_ps(_mm512_loadu_ps(scores + i * 16), total));
+  __m512 o0 = _mm512_setzero_ps(), o1 = o0, o2 = o0, o3 = o0;
+  for (int64_t c = 0; c < end; ++c) {
+    if (scores[c] == 0.f) continue; /* hidden, or too small to count: adding 0 * v changes nothing */
+    const __m512 p = _mm512_set1_ps(scores[c]);
+    const float* v = v_g + c * 64;
+    o0 = _mm512_fmadd_ps(p, _mm512_loadu_ps(v), o0);
+    o1 = _mm512_fmadd_ps(p, _mm512_loadu_ps(v + 16), o1);
+    o2 = _mm512_fmadd_ps(p, _mm512_loadu_ps(v + 32), o2);
+    o3 = _mm512_fmadd_ps(p, _mm512_loadu_ps(v + 48), o3);
+  }
+  _mm512_storeu_ps(o, o0);
+  _mm512_storeu_ps(o + 16, o1);
+  _mm512_storeu_ps(o + 32, o2);
+  _mm512_storeu_ps(o + 48, o3);
+}
+
+/* every row of every head of key/value head g (head_dim 64); scratch: attn_scratch_floats(s) floats */
+AVX512F static void group_avx512(const AttnShape* s, const float* q, const float* key, const float* value,
+                                 const float* bias, float* out, int64_t g, float* scratch) {
+  const int64_t per_group = s->heads / s->kv_heads, rows = per_group * s->rows, width = (s->context + 15) / 16 * 16;
   const float* k_g = key + g * s->context * 64;
   const float* v_g = value + g * s->context * 64;
+  float* qs = scratch;                /* rows x 64 scaled queries */
+  float* qt = qs + rows * 64;         /* 64 x 16 */
+  float* all_scores = qt + 64 * 16;   /* rows x width */
   const __m512 scale = _mm512_set1_ps(s->scale);
-  for (int64_t t = 0; t < s->rows; ++t) {
-    const float* b = bias + t * s->context;
-    const float* qt = q + (h * s->rows + t) * 64;
-    float* o = out + (t * s->heads + h) * 64;
-    const __m512 q0 = _mm512_mul_ps(_mm512_loadu_ps(qt), scale), q1 = _mm512_mul_ps(_mm512_loadu_ps(qt + 16), scale),
-                 q2 = _mm512_mul_ps(_mm512_loadu_ps(qt + 32), scale), q3 = _mm512_mul_ps(_mm512_loadu_ps(qt + 48), scale);
-    const int64_t end = open_end(s, b);
-    float top = -INFINITY;
-    for (int64_t c = 0; c < end; ++c) {
-      if (!(b[c] > s->masked_below)) continue;
-      const float* k = k_g + c * 64;
-      __m512 acc = _mm512_mul_ps(q0, _mm512_loadu_ps(k));
-      acc = _mm512_fmadd_ps(q1, _mm512_loadu_ps(k + 16), acc);
-      acc = _mm512_fmadd_ps(q2, _mm512_loadu_ps(k + 32), acc);
-      acc = _mm512_fmadd_ps(q3, _mm512_loadu_ps(k + 48), acc);
-      scores[c] = _mm512_reduce_add_ps(acc) + b[c];
-      top = scores[c] > top ? scores[c] : top;
+  const float* b[16];
+  int64_t end[16];
+  float* sc[16];
+  for (int64_t r = 0; r < rows; ++r) {  /* row r: head g * per_group + r / T, block row r % T */
+    const float* qr = q + ((g * per_group + r / s->rows) * s->rows + r % s->rows) * 64;
+    for (int i = 0; i < 4; ++i) _mm512_storeu_ps(qs + r * 64 + i * 16, _mm512_mul_ps(_mm512_loadu_ps(qr + i * 16), scale));
+  }
+  for (int64_t r0 = 0; r0 < rows; r0 += 16) {
+    const int n = (int)(rows - r0 < 16 ? rows - r0 : 16);
+    for (int i = 0; i < n; ++i) {
+      b[i] = bias + ((r0 + i) % s->rows) * s->context;
+      end[i] = open_end(s, b[i]);
+      sc[i] = all_scores + (r0 + i) * width;
     }
-    float sum = 0.f;
-    for (int64_t c = 0; c < end; ++c)
-      if (b[c] > s->masked_below) sum += scores[c] = exp_nonpositive(scores[c] - top);
-    __m512 o0 = _mm512_setzero_ps(), o1 = o0, o2 = o0, o3 = o0;
-    for (int64_t c = 0; c < end; ++c) {
-      if (!(b[c] > s->masked_below)) continue;
-      const __m512 p = _mm512_set1_ps(scores[c] / sum);
-      const float* v = v_g + c * 64;
-      o0 = _mm512_fmadd_ps(p, _mm512_loadu_ps(v), o0);
-      o1 = _mm512_fmadd_ps(p, _mm512_loadu_ps(v + 16), o1);
-      o2 = _mm512_fmadd_ps(p, _mm512_loadu_ps(v + 32), o2);
-      o3 = _mm512_fmadd_ps(p, _mm512_loadu_ps(v + 48), o3);
+    if (rows >= LANE_ROWS) {
+      lane_scores(s, qs + r0 * 64, n, k_g, b, end, sc, qt);
+    } else {
+      for (int i = 0; i < n; ++i) row_scores(s, qs + (r0 + i) * 64, k_g, b[i], end[i], sc[i]);
     }
-    _mm512_storeu_ps(o, o0);
-    _mm512_storeu_ps(o + 16, o1);
-    _mm512_storeu_ps(o + 32, o2);
-    _mm512_storeu_ps(o + 48, o3);
+    for (int i = 0; i < n; ++i) {
+      const int64_t r = r0 + i;
+      row_output(v_g, end[i], sc[i], out + ((r % s->rows) * s->heads + g * per_group + r / s->rows) * 64);
+    }
   }
 }
 
@@ -146,13 +241,20 @@ static int has_avx512f(void) {
 }
 #endif
 
-void attn_head(const AttnShape* s, const float* q, const float* key, const float* value, const float* bias,
-               float* out, int64_t h, float* scores) {
+int64_t attn_scratch_floats(const AttnShape* s) {
+  const int64_t rows = s->heads / s->kv_heads * s->rows;
+  return rows * 64 + 64 * 16 + rows * ((s->context + 15) / 16 * 16) + s->context;
+}
+
+void attn_group(const AttnShape* s, const float* q, const float* key, const float* value, const float* bias,
+                float* out, int64_t g, float* scratch) {
 #if defined(__x86_64__)
   if (s->head_dim == 64 && has_avx512f() && !getenv("MTPEDGE_KERNELS_PORTABLE")) {
-    head_rows_avx512(s, q, key, value, bias, out, h, scores);
+    group_avx512(s, q, key, value, bias, out, g, scratch);
     return;
   }
 #endif
-  head_rows_portable(s, q, key, value, bias, out, h, scores);
+  const int64_t per_group = s->heads / s->kv_heads;
+  for (int64_t h = g * per_group; h < (g + 1) * per_group; ++h)
+    head_rows_portable(s, q, key, value, bias, out, h, scratch);
 }

@@ -127,12 +127,14 @@ static OrtStatus* shape_of(OrtKernelContext* ctx, size_t index, int64_t* dims, s
 typedef struct {
   const AttnShape* shape;
   const float *q, *key, *value, *bias;
-  float *out, *scores; /* scores: C floats of scratch per head */
+  float* out;
+  float* scratch; /* attn_scratch_floats per key/value head */
 } AttnTask;
 
-static void run_head(void* data, size_t h) {
+static void run_group(void* data, size_t g) {
   const AttnTask* t = data;
-  attn_head(t->shape, t->q, t->key, t->value, t->bias, t->out, (int64_t)h, t->scores + h * t->shape->context);
+  attn_group(t->shape, t->q, t->key, t->value, t->bias, t->out, (int64_t)g,
+             t->scratch + (int64_t)g * attn_scratch_floats(t->shape));
 }
 
 static OrtStatus* compute_attention(const Kernel* kernel, OrtKernelContext* ctx) {
@@ -174,11 +176,11 @@ static OrtStatus* compute_attention(const Kernel* kernel, OrtKernelContext* ctx)
   float* out = NULL;
   TRY(g_api->KernelContext_GetOutput(ctx, 0, out_dims, 3, &out_value));
   TRY(g_api->GetTensorMutableData(out_value, (void**)&out));
-  float* scores = malloc(sizeof(float) * (size_t)(s.heads * s.context));
-  if (!scores) return g_api->CreateStatus(ORT_FAIL, "CacheAttention: out of memory");
-  AttnTask task = {&s, q, present[0], present[1], bias, out, scores};
-  OrtStatus* status = g_api->KernelContext_ParallelFor(ctx, run_head, (size_t)s.heads, 0, &task);
-  free(scores);
+  float* scratch = malloc(sizeof(float) * (size_t)(s.kv_heads * attn_scratch_floats(&s)));
+  if (!scratch) return g_api->CreateStatus(ORT_FAIL, "CacheAttention: out of memory");
+  AttnTask task = {&s, q, present[0], present[1], bias, out, scratch};
+  OrtStatus* status = g_api->KernelContext_ParallelFor(ctx, run_group, (size_t)s.kv_heads, 0, &task);
+  free(scratch);
   return status;
 }
 
