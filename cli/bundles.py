@@ -17,7 +17,7 @@ from pathlib import Path
 
 from mtpedge.runtime.bundle import BUNDLE_VERSION, MANIFEST, read_manifest
 from mtpedge.runtime.cost_table import decode_widths
-from mtpedge.runtime.kernels import NATIVE_LABEL, native_kernels_pay
+from mtpedge.runtime.kernels import NATIVE_LABEL, RECIPE_VERSION, native_kernels_pay
 
 PRECISIONS = ("auto", "float32")
 # the fast bundle's smaller context buckets (those below its context): a conversation that fits 256 or 512
@@ -183,8 +183,11 @@ def _recipe_differs(folder: Path) -> bool:
         from mtpedge.export.quantize_bundle import fast_recipe
     except ImportError:
         return False
-    recorded = (read_manifest(folder).extras.get("quantization") or {}).get("config")
-    return recorded != json.loads(json.dumps(asdict(fast_recipe())))
+    quantization = read_manifest(folder).extras.get("quantization") or {}
+    recipe = fast_recipe()
+    if recipe.kernels == "mtpedge" and quantization.get("kernels_recipe") != RECIPE_VERSION:
+        return True  # made on an older recipe of mtpedge's kernels (runtime.kernels.RECIPE_VERSION)
+    return quantization.get("config") != json.loads(json.dumps(asdict(recipe)))
 
 
 def _predates_shipped_dmtd(folder: Path) -> bool:

@@ -24,7 +24,7 @@ import onnx
 from onnx import numpy_helper
 
 from mtpedge.runtime.contract import DEFAULT_MASK_VALUE, LORA_GATE
-from mtpedge.runtime.kernels import native_kernels_pay
+from mtpedge.runtime.kernels import RECIPE_VERSION, native_kernels_pay
 
 from .block_weights import BlockWeights, quantize_rtn
 from .integer_gemm import to_integer_gemm
@@ -296,7 +296,8 @@ def quantize_bundle(
         finally:
             shared.close()
         info = {"config": asdict(config), "tensors": dict(source.used), "float_bundle_bytes": _bundle_bytes(src),
-                "bytes": _bundle_bytes(tmp), "source": str(gguf_path) if gguf_path else None}
+                "bytes": _bundle_bytes(tmp), "source": str(gguf_path) if gguf_path else None,
+                **({"kernels_recipe": RECIPE_VERSION} if config.kernels == "mtpedge" else {})}
         new = replace(manifest, graphs=entries, extras={**manifest.extras, "quantization": info})
         say(f"weights: {info['bytes'] / 1e6:.0f} MB (float32 bundle {info['float_bundle_bytes'] / 1e6:.0f} MB); "
             f"tensors {dict(source.used)}")

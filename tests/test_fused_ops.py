@@ -22,6 +22,7 @@ from mtpedge.export.quantize_bundle import QuantConfig, fast_recipe
 from mtpedge.models.loading import load_model
 from mtpedge.runtime.bundle import BUNDLE_VERSION, read_manifest
 from mtpedge.runtime.contract import CACHE_SLOTS, FUSED_OPS, GraphShape
+from mtpedge.runtime.kernels import RECIPE_VERSION
 
 ARCHS = ["llama", "qwen2", "qwen3"]
 CONTEXT = 64
@@ -121,8 +122,9 @@ def test_a_cached_fast_bundle_of_another_recipe_is_re_exported(tmp_path, monkeyp
     fast = fast_recipe()  # FAST on this machine's kernels
     assert fast.fused_ops  # the fast recipe traces onnxruntime's fused operators (results/fast section 15)
 
-    def cached(config) -> None:
-        extras = {"quantization": {"config": json.loads(json.dumps(asdict(config)))}}
+    def cached(config, kernels_recipe: int = RECIPE_VERSION) -> None:
+        extras = {"quantization": {"config": json.loads(json.dumps(asdict(config))),
+                                   **({"kernels_recipe": kernels_recipe} if config.kernels == "mtpedge" else {})}}
         (folder / "manifest.json").write_text(json.dumps({"version": BUNDLE_VERSION, "extras": extras}))
 
     said = []
@@ -133,3 +135,6 @@ def test_a_cached_fast_bundle_of_another_recipe_is_re_exported(tmp_path, monkeyp
     assert exported == [folder, folder]
     cached(fast)
     assert bundles.ensure_bundle(None, None, 1024, say=said.append) == folder and len(exported) == 2  # reused
+    if fast.kernels == "mtpedge":  # made on an older recipe of mtpedge's kernels: exported again
+        cached(fast, kernels_recipe=RECIPE_VERSION - 1)
+        assert bundles.ensure_bundle(None, None, 1024, say=said.append) == folder and len(exported) == 3

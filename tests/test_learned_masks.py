@@ -134,7 +134,10 @@ def _fake_default_bundle(folder, masks_file: str | None, source_sha256: str, ada
     from mtpedge.export.quantize_bundle import fast_recipe
 
     # as the fast recipe records it
-    recipe = {"quantization": {"config": json.loads(json.dumps(asdict(fast_recipe())))}}
+    from mtpedge.runtime.kernels import RECIPE_VERSION
+
+    config = json.loads(json.dumps(asdict(fast_recipe())))
+    recipe = {"quantization": {"config": config, "kernels_recipe": RECIPE_VERSION}}
     mtp = {"masks_file": masks_file, **({"checkpoint_sha256": adapter_sha256} if adapter_sha256 else {})}
     extras = {**recipe, **({"mtp": mtp} if masks_file else {})}
     (folder / "manifest.json").write_text(json.dumps({"version": BUNDLE_VERSION, "extras": extras,

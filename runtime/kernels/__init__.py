@@ -33,6 +33,9 @@ HEADERS_DEB = ("http://deb.debian.org/debian/pool/main/o/onnxruntime/libonnxrunt
 HEADER = "onnxruntime_c_api.h"
 DOMAIN = "com.mtpedge"  # the operators' ONNX domain
 NATIVE_LABEL = "-mtk"  # in a graph's precision label (QuantConfig.label): its weight products need this library
+# what an export onto these kernels rewrites, recorded in the bundle so that a cached fast bundle of an older recipe is
+# exported again: 1 = the weight products (BlockMatMul), 2 = + each layer's attention (CacheAttention)
+RECIPE_VERSION = 2
 
 
 class KernelsUnavailable(RuntimeError):
