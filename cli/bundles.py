@@ -153,7 +153,8 @@ def _why_reexport(folder: Path, model: str | None, mtp: bool, dmtd: bool, fast: 
     if model is None and not mtp and _lacks_shipped_masks(folder):
         return "predates the learned masks shipped for the default model"
     if fast and _recipe_differs(folder):
-        return "was made by another fast recipe than this mtpedge's (its manifest's quantization config differs)"
+        return ("was made by another fast recipe than this mtpedge's (its manifest's quantization config or kernels "
+                "recipe differs)")
     if fast and (widths := _other_decode_widths(folder)):
         return (f"has decode widths {widths}, not this mtpedge's {FAST_DECODE_WIDTHS} (the narrow calls the "
                 "cost-aware trees size to)")

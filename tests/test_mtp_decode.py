@@ -231,22 +231,38 @@ QUANTIZED = QuantConfig(weights="int8", block_size=16, accuracy_level=4, fine_ac
                         fused_ops=True, quality_report=False)
 
 
-def test_a_quantized_adapter_bundle_keeps_the_lora_float_and_decodes_losslessly(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("kernels", ["onnxruntime", "mtpedge"])
+def test_a_quantized_adapter_bundle_keeps_the_lora_float_and_decodes_losslessly(tiny_model_dir, tmp_path, kernels):
+    import dataclasses
+
     import onnx
 
+    from mtpedge.runtime.kernels import KernelsUnavailable, library
+
+    if kernels == "mtpedge":
+        try:
+            library()
+        except KernelsUnavailable as err:
+            pytest.skip(str(err))
+    quantized = dataclasses.replace(QUANTIZED, kernels=kernels)
     model = tiny_model_dir("llama")
     save_checkpoint(tmp_path / "adapter.pt", MtpTrainer(_random_adapter(model, MtpConfig(k=3, rank=4, sampler=True)),
                                                         TrainConfig()), {"name": "tiny"}, {})
     shapes = {"context": TINY_CONTEXT, "prefill_width": TINY_PREFILL, "decode_widths": TINY_DECODE_WIDTHS,
-              "quantization": QUANTIZED}
+              "quantization": quantized}
     folder = export_bundle(model, tmp_path / "mtp", ExportConfig(mtp_adapter=str(tmp_path / "adapter.pt"), **shapes))
     base = Engine.load(export_bundle(model, tmp_path / "base", ExportConfig(learned_masks="none", **shapes)), threads=1)
     engine = Engine.load(folder, threads=1)
-    assert {g.precision for g in engine.manifest.graphs} == {QUANTIZED.label}
+    assert {g.precision for g in engine.manifest.graphs} == {quantized.label}
     graph = onnx.load(str(folder / engine.manifest.graphs[1].file), load_external_data=False)
     ops = [node.op_type for node in graph.graph.node]
-    # every base projection is a MatMulNBits; the two LoRA factors of the 7 projections of each layer stay MatMul
-    assert "MatMulNBits" in ops and ops.count("MatMul") == engine.config.num_layers * (7 * 2 + 2)
+    # every base projection is a MatMulNBits (or BlockMatMul); the two LoRA factors of the 7 projections of each layer
+    # stay MatMul, and so do the attention's two products on onnxruntime's operators (CacheAttention on mtpedge's)
+    layers = engine.config.num_layers
+    if kernels == "mtpedge":
+        assert "BlockMatMul" in ops and ops.count("CacheAttention") == layers and ops.count("MatMul") == layers * 7 * 2
+    else:
+        assert "MatMulNBits" in ops and ops.count("MatMul") == layers * (7 * 2 + 2)
     for prompt in PROMPTS:  # gate 0: the base model's quantized graphs, bit for bit
         base.reset(), engine.reset()
         np.testing.assert_array_equal(engine.prefill(prompt), base.prefill(prompt))
