@@ -61,40 +61,52 @@ static int64_t open_end(const AttnShape* s, const float* bias_row) {
   return 0;
 }
 
-static void head_rows_portable(const AttnShape* s, const float* q, const float* key, const float* value,
-                               const float* bias, float* out, int64_t h, float* scores) {
+static void row_portable(const AttnShape* s, const float* q, const float* key, const float* value, const float* bias,
+                         float* out, int64_t h, int64_t t, float* scores) {
   const int64_t d_n = s->head_dim, g = h / (s->heads / s->kv_heads);
   const float* k_g = key + g * s->context * d_n;
   const float* v_g = value + g * s->context * d_n;
-  for (int64_t t = 0; t < s->rows; ++t) {
-    const float* b = bias + t * s->context;
-    const float* qt = q + (h * s->rows + t) * d_n;
-    float* o = out + (t * s->heads + h) * d_n;
-    const int64_t end = open_end(s, b);
-    float top = -INFINITY;
-    for (int64_t c = 0; c < end; ++c) {
-      if (!(b[c] > s->masked_below)) continue;
-      float dot = 0.f;
-      for (int64_t d = 0; d < d_n; ++d) dot = fmaf(qt[d] * s->scale, k_g[c * d_n + d], dot);
-      scores[c] = dot + b[c];
-      top = scores[c] > top ? scores[c] : top;
-    }
-    float sum = 0.f;
-    for (int64_t c = 0; c < end; ++c)
-      if (b[c] > s->masked_below) sum += scores[c] = exp_nonpositive(scores[c] - top);
-    for (int64_t d = 0; d < d_n; ++d) o[d] = 0.f;
-    for (int64_t c = 0; c < end; ++c) {
-      if (!(b[c] > s->masked_below)) continue;
-      const float p = scores[c] / sum;
-      for (int64_t d = 0; d < d_n; ++d) o[d] = fmaf(p, v_g[c * d_n + d], o[d]);
-    }
+  const float* b = bias + t * s->context;
+  const float* qt = q + (h * s->rows + t) * d_n;
+  float* o = out + (t * s->heads + h) * d_n;
+  const int64_t end = open_end(s, b);
+  float top = -INFINITY;
+  for (int64_t c = 0; c < end; ++c) {
+    if (!(b[c] > s->masked_below)) continue;
+    float dot = 0.f;
+    for (int64_t d = 0; d < d_n; ++d) dot = fmaf(qt[d] * s->scale, k_g[c * d_n + d], dot);
+    scores[c] = dot + b[c];
+    top = scores[c] > top ? scores[c] : top;
   }
+  float sum = 0.f;
+  for (int64_t c = 0; c < end; ++c)
+    if (b[c] > s->masked_below) sum += scores[c] = exp_nonpositive(scores[c] - top);
+  for (int64_t d = 0; d < d_n; ++d) o[d] = 0.f;
+  for (int64_t c = 0; c < end; ++c) {
+    if (!(b[c] > s->masked_below)) continue;
+    const float p = scores[c] / sum;
+    for (int64_t d = 0; d < d_n; ++d) o[d] = fmaf(p, v_g[c * d_n + d], o[d]);
+  }
+}
+
+/* the rows of key/value head g are its heads' block rows, r = (head in group) * T + t; a task takes 16 of them
+   where 16 rows share registers, else one (so that a one-row call spreads over the threads too) */
+#define LANE_ROWS 8 /* from this many rows of a group on, scores are computed 16 rows per register */
+
+static int64_t group_rows(const AttnShape* s) { return s->heads / s->kv_heads * s->rows; }
+static int64_t task_rows(const AttnShape* s) { return group_rows(s) >= LANE_ROWS ? 16 : 1; }
+
+int64_t attn_tasks(const AttnShape* s) {
+  return s->kv_heads * ((group_rows(s) + task_rows(s) - 1) / task_rows(s));
+}
+
+int64_t attn_scratch_floats(const AttnShape* s) {
+  return 16 * 64 + 64 * 16 + 16 * ((s->context + 15) / 16 * 16);
 }
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define AVX512F __attribute__((target("avx512f")))
-#define LANE_ROWS 8 /* from this many rows of a group on, scores are computed 16 rows per register */
 
 /* v[0] + ... + v[15] as ((v_l + v_l+8) + (v_l+4 ...)) ...: the tree the 16-row path below repeats across
    registers, so that both give the same bits */
@@ -199,39 +211,35 @@ AVX512F static void row_output(const float* v_g, int64_t end, float* scores, flo
   _mm512_storeu_ps(o + 48, o3);
 }
 
-/* every row of every head of key/value head g (head_dim 64); scratch: attn_scratch_floats(s) floats */
-AVX512F static void group_avx512(const AttnShape* s, const float* q, const float* key, const float* value,
-                                 const float* bias, float* out, int64_t g, float* scratch) {
-  const int64_t per_group = s->heads / s->kv_heads, rows = per_group * s->rows, width = (s->context + 15) / 16 * 16;
+/* rows [r0, r0 + n) of key/value head g (head_dim 64, n <= 16) */
+AVX512F static void rows_avx512(const AttnShape* s, const float* q, const float* key, const float* value,
+                                const float* bias, float* out, int64_t g, int64_t r0, int n, float* scratch) {
+  const int64_t per_group = s->heads / s->kv_heads, width = (s->context + 15) / 16 * 16;
   const float* k_g = key + g * s->context * 64;
   const float* v_g = value + g * s->context * 64;
-  float* qs = scratch;                /* rows x 64 scaled queries */
-  float* qt = qs + rows * 64;         /* 64 x 16 */
-  float* all_scores = qt + 64 * 16;   /* rows x width */
+  float* qs = scratch;          /* 16 x 64 scaled queries */
+  float* qt = qs + 16 * 64;     /* 64 x 16 */
+  float* scores = qt + 64 * 16; /* 16 x width */
   const __m512 scale = _mm512_set1_ps(s->scale);
   const float* b[16];
   int64_t end[16];
   float* sc[16];
-  for (int64_t r = 0; r < rows; ++r) {  /* row r: head g * per_group + r / T, block row r % T */
-    const float* qr = q + ((g * per_group + r / s->rows) * s->rows + r % s->rows) * 64;
-    for (int i = 0; i < 4; ++i) _mm512_storeu_ps(qs + r * 64 + i * 16, _mm512_mul_ps(_mm512_loadu_ps(qr + i * 16), scale));
+  for (int i = 0; i < n; ++i) {
+    const int64_t r = r0 + i, h = g * per_group + r / s->rows, t = r % s->rows;
+    const float* qr = q + (h * s->rows + t) * 64;
+    for (int j = 0; j < 4; ++j) _mm512_storeu_ps(qs + i * 64 + j * 16, _mm512_mul_ps(_mm512_loadu_ps(qr + j * 16), scale));
+    b[i] = bias + t * s->context;
+    end[i] = open_end(s, b[i]);
+    sc[i] = scores + i * width;
   }
-  for (int64_t r0 = 0; r0 < rows; r0 += 16) {
-    const int n = (int)(rows - r0 < 16 ? rows - r0 : 16);
-    for (int i = 0; i < n; ++i) {
-      b[i] = bias + ((r0 + i) % s->rows) * s->context;
-      end[i] = open_end(s, b[i]);
-      sc[i] = all_scores + (r0 + i) * width;
-    }
-    if (rows >= LANE_ROWS) {
-      lane_scores(s, qs + r0 * 64, n, k_g, b, end, sc, qt);
-    } else {
-      for (int i = 0; i < n; ++i) row_scores(s, qs + (r0 + i) * 64, k_g, b[i], end[i], sc[i]);
-    }
-    for (int i = 0; i < n; ++i) {
-      const int64_t r = r0 + i;
-      row_output(v_g, end[i], sc[i], out + ((r % s->rows) * s->heads + g * per_group + r / s->rows) * 64);
-    }
+  if (group_rows(s) >= LANE_ROWS) {
+    lane_scores(s, qs, n, k_g, b, end, sc, qt);
+  } else {
+    for (int i = 0; i < n; ++i) row_scores(s, qs + i * 64, k_g, b[i], end[i], sc[i]);
+  }
+  for (int i = 0; i < n; ++i) {
+    const int64_t r = r0 + i;
+    row_output(v_g, end[i], sc[i], out + ((r % s->rows) * s->heads + g * per_group + r / s->rows) * 64);
   }
 }
 
@@ -241,20 +249,18 @@ static int has_avx512f(void) {
 }
 #endif
 
-int64_t attn_scratch_floats(const AttnShape* s) {
-  const int64_t rows = s->heads / s->kv_heads * s->rows;
-  return rows * 64 + 64 * 16 + rows * ((s->context + 15) / 16 * 16) + s->context;
-}
-
-void attn_group(const AttnShape* s, const float* q, const float* key, const float* value, const float* bias,
-                float* out, int64_t g, float* scratch) {
+void attn_task(const AttnShape* s, const float* q, const float* key, const float* value, const float* bias,
+               float* out, int64_t task, float* scratch) {
+  const int64_t per_task = task_rows(s), chunks = (group_rows(s) + per_task - 1) / per_task;
+  const int64_t g = task / chunks, r0 = task % chunks * per_task;
+  const int n = (int)(group_rows(s) - r0 < per_task ? group_rows(s) - r0 : per_task);
 #if defined(__x86_64__)
   if (s->head_dim == 64 && has_avx512f() && !getenv("MTPEDGE_KERNELS_PORTABLE")) {
-    group_avx512(s, q, key, value, bias, out, g, scratch);
+    rows_avx512(s, q, key, value, bias, out, g, r0, n, scratch);
     return;
   }
 #endif
   const int64_t per_group = s->heads / s->kv_heads;
-  for (int64_t h = g * per_group; h < (g + 1) * per_group; ++h)
-    head_rows_portable(s, q, key, value, bias, out, h, scratch);
+  for (int64_t r = r0; r < r0 + n; ++r)
+    row_portable(s, q, key, value, bias, out, g * per_group + r / s->rows, r % s->rows, scratch);
 }

@@ -12,9 +12,10 @@ typedef struct {
 
 /* cache (kv_heads, C, head_dim) <- rows (kv_heads, T, head_dim) at columns slots[T] */
 void attn_write_rows(const AttnShape* s, float* cache, const float* rows, const int64_t* slots);
-/* out[t, h, :] for every row t of every head h of key/value head g; q (heads, T, head_dim), key / value
-   (kv_heads, C, head_dim), bias (T, C); scratch: attn_scratch_floats floats */
+/* out (T, heads, head_dim) from q (heads, T, head_dim), key / value (kv_heads, C, head_dim), bias (T, C), in
+   attn_tasks independent tasks (any order, any thread), each with attn_scratch_floats floats of its own */
+int64_t attn_tasks(const AttnShape* s);
 int64_t attn_scratch_floats(const AttnShape* s);
-void attn_group(const AttnShape* s, const float* q, const float* key, const float* value, const float* bias,
-                float* out, int64_t g, float* scratch);
+void attn_task(const AttnShape* s, const float* q, const float* key, const float* value, const float* bias,
+               float* out, int64_t task, float* scratch);
 #endif

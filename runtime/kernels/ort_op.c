@@ -128,13 +128,13 @@ typedef struct {
   const AttnShape* shape;
   const float *q, *key, *value, *bias;
   float* out;
-  float* scratch; /* attn_scratch_floats per key/value head */
+  float* scratch; /* attn_scratch_floats per task */
 } AttnTask;
 
-static void run_group(void* data, size_t g) {
+static void run_attention_task(void* data, size_t i) {
   const AttnTask* t = data;
-  attn_group(t->shape, t->q, t->key, t->value, t->bias, t->out, (int64_t)g,
-             t->scratch + (int64_t)g * attn_scratch_floats(t->shape));
+  attn_task(t->shape, t->q, t->key, t->value, t->bias, t->out, (int64_t)i,
+            t->scratch + (int64_t)i * attn_scratch_floats(t->shape));
 }
 
 static OrtStatus* compute_attention(const Kernel* kernel, OrtKernelContext* ctx) {
@@ -176,10 +176,11 @@ static OrtStatus* compute_attention(const Kernel* kernel, OrtKernelContext* ctx)
   float* out = NULL;
   TRY(g_api->KernelContext_GetOutput(ctx, 0, out_dims, 3, &out_value));
   TRY(g_api->GetTensorMutableData(out_value, (void**)&out));
-  float* scratch = malloc(sizeof(float) * (size_t)(s.kv_heads * attn_scratch_floats(&s)));
+  const int64_t tasks = attn_tasks(&s);
+  float* scratch = malloc(sizeof(float) * (size_t)(tasks * attn_scratch_floats(&s)));
   if (!scratch) return g_api->CreateStatus(ORT_FAIL, "CacheAttention: out of memory");
   AttnTask task = {&s, q, present[0], present[1], bias, out, scratch};
-  OrtStatus* status = g_api->KernelContext_ParallelFor(ctx, run_group, (size_t)s.kv_heads, 0, &task);
+  OrtStatus* status = g_api->KernelContext_ParallelFor(ctx, run_attention_task, (size_t)tasks, 0, &task);
   free(scratch);
   return status;
 }
