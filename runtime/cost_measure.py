@@ -23,9 +23,15 @@ import numpy as np
 from .bundle import MANIFEST
 from .cost_table import CostTable, CostTableError, decode_widths
 from .engine import Engine
+from .kernels import NATIVE_LABEL
 
 REPEATS = 10
 WARMUP = 2
+# Graphs on mtpedge's CacheAttention read only the cache columns a row sees, so their calls cost more as the cache
+# fills; they are measured at a typical fill (256 positions: a prompt and an answer or two) instead of the full
+# context, where attention over all 1024 columns made a width-4 call look 1.93x a width-1 call against 1.42x at 200
+# positions, and the sizer stopped drafting wide (benchmarks/results/fast/README.md section 32)
+TYPICAL_FILL = 256
 
 
 def machine_description(engine: Engine) -> str:
@@ -58,19 +64,21 @@ def cache_file(engine: Engine, cache_dir: Path, suffix: str = ".json") -> Path:
 
 def measure_cost_table(engine: Engine, repeats: int = REPEATS, warmup: int = WARMUP) -> CostTable:
     """Median seconds of a call of each decode width at the bundle's full context (chain blocks; a static
-    graph's cost does not depend on the tree, the tokens or how full the cache is; smaller context buckets
-    cost less, so the table errs on the side of small trees). The widths take turns call by call, so that a
-    burst of load on a shared machine slows them all alike instead of one width's whole measurement (the
-    ratios decide the trees: one such burst once measured the fast bundle's width-4 call at 2.4x a width-1
-    call instead of ~1.8x, and lookup never drafted). The engine's n_past and counters are kept."""
+    graph on onnxruntime's operators costs the same however full the cache is; smaller context buckets cost
+    less, so the table errs on the side of small trees), or at TYPICAL_FILL for graphs on CacheAttention. The
+    widths take turns call by call, so that a burst of load on a shared machine slows them all alike instead of
+    one width's whole measurement (the ratios decide the trees: one such burst once measured the fast bundle's
+    width-4 call at 2.4x a width-1 call instead of ~1.8x, and lookup never drafted). The engine's n_past and
+    counters are kept."""
     n_past, calls, seconds = engine.cache.n_past, engine.graph_calls, engine.graph_seconds
+    fill = measured_fill(engine)
     blocks = {width: (np.zeros((width, engine.config.hidden_size), np.float32), np.arange(-1, width - 1))
               for width in decode_widths(engine.manifest)}  # chains of zeros
     times: dict[int, list[float]] = {width: [] for width in blocks}
     try:
         for round_ in range(warmup + repeats):
             for width, (embeds, chain) in blocks.items():
-                engine.cache.n_past = max(0, engine.context - width)  # the full-context graphs run
+                engine.cache.n_past = max(0, fill - width)  # full context: the full-context graphs run
                 call_seconds = engine.run_block(embeds, chain).seconds
                 if round_ >= warmup:
                     times[width].append(call_seconds)
@@ -81,10 +89,20 @@ def measure_cost_table(engine: Engine, repeats: int = REPEATS, warmup: int = WAR
     return CostTable(measured, m.model_name, m.source_sha256, m.context, machine_description(engine), "measured")
 
 
+def measured_fill(engine: Engine) -> int:
+    """The cache fill a cost table is measured at: the full context, or TYPICAL_FILL for graphs whose attention
+    reads only the filled columns."""
+    if any(NATIVE_LABEL in graph.precision for graph in engine.manifest.graphs):
+        return min(TYPICAL_FILL, engine.context)
+    return engine.context
+
+
 def cost_table_for(engine: Engine, cache_dir: Path | None, refresh: bool = False,
                    say: Callable[[str], None] = print) -> CostTable:
     """The cached table of this bundle on this machine, or a new measurement (saved when the folder allows)."""
-    path = cache_file(engine, cache_dir) if cache_dir is not None else None
+    fill = measured_fill(engine)
+    suffix = ".json" if fill == engine.context else f".fill{fill}.json"
+    path = cache_file(engine, cache_dir, suffix) if cache_dir is not None else None
     if path is not None and path.is_file() and not refresh:
         try:
             table = CostTable.load(path)
