@@ -51,6 +51,37 @@ def fuzzed_prompts(engine: Engine, count: int, seed: int) -> list[list[int]]:
     return prompts
 
 
+def assert_quantized_bundle_drafts_losslessly(folder, seed: int) -> None:
+    """A quantized bundle's rows are alike at every width (the row probe), and lookup, esp and hybrid equal plain
+    decoding on fuzzed prompts."""
+    from mtpedge.runtime.row_probe import probe_rows
+
+    engine = Engine.load(folder, threads=1)
+    assert probe_rows(engine).invariant
+    for spec in ("lookup", "esp", "hybrid"):
+        drafter = make_drafter(spec, engine)
+        for prompt in fuzzed_prompts(engine, 6, seed=seed):
+            plain = generate(engine, prompt, 40, stop_token_ids=set())
+            drafted = generate(engine, prompt, 40, stop_token_ids=set(), drafter=drafter)
+            assert drafted.token_ids == plain.token_ids, (spec, prompt)
+
+
+def bundle_ops_and_quality(folder) -> tuple[dict[str, set[str]], dict]:
+    """(operator types of each graph by name, the quality report) of a bundle, after checking the report keeps
+    top-1 >= 90% and perplexity within 5% of float32 (what a tiny random model's int8 bundle keeps)."""
+    import onnx
+
+    from mtpedge.runtime.bundle import read_manifest
+
+    manifest = read_manifest(folder)
+    ops = {entry.name: {n.op_type for n in onnx.load(str(folder / entry.file), load_external_data=False).graph.node}
+           for entry in manifest.graphs}
+    quality = manifest.extras["quality"]
+    assert quality["top1_agreement"] >= 0.9, quality
+    assert quality["perplexity"]["quantized"] == pytest.approx(quality["perplexity"]["float32"], rel=0.05)
+    return ops, manifest
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("name,options", DRAFTER_SETTINGS)
 def test_greedy_output_equals_plain_decoding(engines, arch, name, options):

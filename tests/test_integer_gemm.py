@@ -11,12 +11,8 @@ from gguf import GGMLQuantizationType as Q
 from mtpedge.export.integer_gemm import dequantized_weights, int8_columns, to_integer_gemm
 from mtpedge.export.quantize_bundle import QuantConfig, quantize_bundle
 from mtpedge.runtime.bundle import read_manifest
-from mtpedge.runtime.drafters import make_drafter
-from mtpedge.runtime.engine import Engine
-from mtpedge.runtime.generate import generate
-from mtpedge.runtime.row_probe import probe_rows
 
-from .test_drafters import fuzzed_prompts
+from .test_drafters import assert_quantized_bundle_drafts_losslessly, bundle_ops_and_quality
 from .test_quant import nbits_graph
 
 
@@ -86,24 +82,11 @@ def igemm_bundle(tiny_bundle, tmp_path_factory):
 
 
 def test_an_integer_gemm_bundle_reports_its_quality_and_holds_no_nbits_products(igemm_bundle):
-    import onnx
-
-    manifest = read_manifest(igemm_bundle)
+    ops, manifest = bundle_ops_and_quality(igemm_bundle)
     assert {g.precision for g in manifest.graphs} == {"int8-b16-a4-fused-igemm"}
-    for entry in manifest.graphs:
-        ops = {n.op_type for n in onnx.load(str(igemm_bundle / entry.file), load_external_data=False).graph.node}
-        assert "MatMulInteger" in ops and "MatMulNBits" not in ops, entry.name
-    quality = manifest.extras["quality"]
-    assert quality["top1_agreement"] >= 0.9, quality
-    assert quality["perplexity"]["quantized"] == pytest.approx(quality["perplexity"]["float32"], rel=0.05)
+    for name, graph_ops in ops.items():
+        assert "MatMulInteger" in graph_ops and "MatMulNBits" not in graph_ops, name
 
 
 def test_an_integer_gemm_bundle_drafts_losslessly(igemm_bundle):
-    engine = Engine.load(igemm_bundle, threads=1)
-    assert probe_rows(engine).invariant
-    for spec in ("lookup", "esp", "hybrid"):
-        drafter = make_drafter(spec, engine)
-        for prompt in fuzzed_prompts(engine, 6, seed=11):
-            plain = generate(engine, prompt, 40, stop_token_ids=set())
-            drafted = generate(engine, prompt, 40, stop_token_ids=set(), drafter=drafter)
-            assert drafted.token_ids == plain.token_ids, (spec, prompt)
+    assert_quantized_bundle_drafts_losslessly(igemm_bundle, seed=11)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
 from gguf import GGMLQuantizationType as Q
@@ -17,13 +16,10 @@ from mtpedge.export.gguf_grid import decompose
 from mtpedge.export.native_matmul import block_matmul_node, half_tables
 from mtpedge.export.quantize_bundle import QuantConfig, quantize_bundle
 from mtpedge.runtime import kernels
-from mtpedge.runtime.bundle import BundleError, read_manifest
-from mtpedge.runtime.drafters import make_drafter
+from mtpedge.runtime.bundle import BundleError
 from mtpedge.runtime.engine import Engine
-from mtpedge.runtime.generate import generate
-from mtpedge.runtime.row_probe import probe_rows
 
-from .test_drafters import fuzzed_prompts
+from .test_drafters import assert_quantized_bundle_drafts_losslessly, bundle_ops_and_quality
 from .test_quant import random_gguf_rows
 
 
@@ -214,26 +210,15 @@ def native_bundle(library, tiny_bundle, tmp_path_factory):
 
 
 def test_a_bundle_on_the_kernels_holds_no_onnxruntime_products_and_keeps_quality(native_bundle):
-    manifest = read_manifest(native_bundle)
+    ops, manifest = bundle_ops_and_quality(native_bundle)
     assert {g.precision for g in manifest.graphs} == {"int8-b16-a4-fused-mtk"}
-    for entry in manifest.graphs:
-        ops = {n.op_type for n in onnx.load(str(native_bundle / entry.file), load_external_data=False).graph.node}
-        assert "BlockMatMul" in ops and not ops & {"MatMulNBits", "ReduceSum"}, entry.name  # minima in the kernel
-        assert "CacheAttention" in ops and not ops & {"ScatterElements", "Softmax"}, entry.name
-    quality = manifest.extras["quality"]
-    assert quality["top1_agreement"] >= 0.9, quality
-    assert quality["perplexity"]["quantized"] == pytest.approx(quality["perplexity"]["float32"], rel=0.05)
+    for name, graph_ops in ops.items():
+        assert "BlockMatMul" in graph_ops and not graph_ops & {"MatMulNBits", "ReduceSum"}, name  # minima inside
+        assert "CacheAttention" in graph_ops and not graph_ops & {"ScatterElements", "Softmax"}, name
 
 
 def test_a_bundle_on_the_kernels_drafts_losslessly(native_bundle):
-    engine = Engine.load(native_bundle, threads=1)
-    assert probe_rows(engine).invariant
-    for spec in ("lookup", "esp", "hybrid"):
-        drafter = make_drafter(spec, engine)
-        for prompt in fuzzed_prompts(engine, 6, seed=13):
-            plain = generate(engine, prompt, 40, stop_token_ids=set())
-            drafted = generate(engine, prompt, 40, stop_token_ids=set(), drafter=drafter)
-            assert drafted.token_ids == plain.token_ids, (spec, prompt)
+    assert_quantized_bundle_drafts_losslessly(native_bundle, seed=13)
 
 
 def test_a_bundle_on_the_kernels_says_what_to_do_where_the_library_is_missing(native_bundle, monkeypatch):
