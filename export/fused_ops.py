@@ -32,7 +32,7 @@ from onnx import helper, numpy_helper
 MS_DOMAIN = "com.microsoft"
 
 
-class _Graph:
+class GraphIndex:
     """Producer / consumer lookups and constant values over one graph's node list."""
 
     def __init__(self, model: onnx.ModelProto) -> None:
@@ -64,7 +64,7 @@ class _Graph:
         return users[0] if len(users) == 1 and users[0].op_type == op_type else None
 
 
-def _scalar(value: np.ndarray | None, expected: float | None = None) -> float | None:
+def scalar_value(value: np.ndarray | None, expected: float | None = None) -> float | None:
     if value is None or value.size != 1:
         return None
     number = float(value.reshape(()))
@@ -76,19 +76,19 @@ def _attr(node: onnx.NodeProto, name: str, default=None):
     return helper.get_attribute_value(found[0]) if found else default
 
 
-def _rms_norm(g: _Graph, pow_node: onnx.NodeProto) -> tuple[str, str, float, onnx.NodeProto] | None:
+def _rms_norm(g: GraphIndex, pow_node: onnx.NodeProto) -> tuple[str, str, float, onnx.NodeProto] | None:
     """x * (1 / sqrt(mean(x^2, -1) + eps)) * weight starting at its Pow: (x, weight, eps, last Mul) or None."""
     x = pow_node.input[0]
-    if _scalar(g.const(pow_node.input[1]), 2.0) is None:
+    if scalar_value(g.const(pow_node.input[1]), 2.0) is None:
         return None
     mean = g.only_consumer(pow_node.output[0], "ReduceMean")
     if mean is None or list(_attr(mean, "axes", [])) != [-1] or _attr(mean, "keepdims", 1) != 1:
         return None
     add = g.only_consumer(mean.output[0], "Add")
-    eps = _scalar(g.const(add.input[1])) if add is not None else None
+    eps = scalar_value(g.const(add.input[1])) if add is not None else None
     sqrt = g.only_consumer(add.output[0], "Sqrt") if eps is not None else None
     div = g.only_consumer(sqrt.output[0], "Div") if sqrt is not None else None
-    if div is None or _scalar(g.const(div.input[0]), 1.0) is None:
+    if div is None or scalar_value(g.const(div.input[0]), 1.0) is None:
         return None
     scale = g.only_consumer(div.output[0], "Mul")
     if scale is None or set(scale.input) != {x, div.output[0]}:
@@ -102,7 +102,7 @@ def _rms_norm(g: _Graph, pow_node: onnx.NodeProto) -> tuple[str, str, float, onn
     return x, weight, eps, last
 
 
-def _fuse_norms(g: _Graph, new_nodes: dict[int, list[onnx.NodeProto]], dropped: set[int]) -> int:
+def _fuse_norms(g: GraphIndex, new_nodes: dict[int, list[onnx.NodeProto]], dropped: set[int]) -> int:
     index = {id(node): i for i, node in enumerate(g.graph.node)}
     fused = 0
     for pow_node in [n for n in g.graph.node if n.op_type == "Pow"]:
@@ -128,7 +128,7 @@ def _fuse_norms(g: _Graph, new_nodes: dict[int, list[onnx.NodeProto]], dropped: 
     return fused
 
 
-def _half_slice(g: _Graph, name: str, first: bool) -> tuple[str, int] | None:
+def _half_slice(g: GraphIndex, name: str, first: bool) -> tuple[str, int] | None:
     """(sliced tensor, half) when `name` is x[..., :half] (first) or x[..., half:] of a Slice on the last axis."""
     node = g.op(name, "Slice")
     if node is None or len(node.input) < 4:
@@ -145,7 +145,7 @@ def _half_slice(g: _Graph, name: str, first: bool) -> tuple[str, int] | None:
     return (node.input[0], start) if end >= 2**31 - 1 or end < 0 else None
 
 
-def _rotary(g: _Graph, concat: onnx.NodeProto, cos: str, sin: str) -> str | None:
+def _rotary(g: GraphIndex, concat: onnx.NodeProto, cos: str, sin: str) -> str | None:
     """The rotated tensor x when `concat` is cat(x1*cos - x2*sin, x2*cos + x1*sin) of x's halves; else None."""
     if len(concat.input) != 2 or _attr(concat, "axis") not in (-1, 3):
         return None
@@ -165,7 +165,7 @@ def _rotary(g: _Graph, concat: onnx.NodeProto, cos: str, sin: str) -> str | None
     return x1[0] if pairs == expected else None
 
 
-def _fuse_rotary(g: _Graph, width: int, half: int, new_nodes: dict[int, list[onnx.NodeProto]],
+def _fuse_rotary(g: GraphIndex, width: int, half: int, new_nodes: dict[int, list[onnx.NodeProto]],
                  dropped: set[int]) -> int:
     fused = 0
     positions, cos_table, sin_table = "rotary.position_ids", "rotary.cos_table", "rotary.sin_table"
@@ -190,7 +190,7 @@ def _fuse_rotary(g: _Graph, width: int, half: int, new_nodes: dict[int, list[onn
     return fused
 
 
-def _drop_dead(graph: onnx.GraphProto) -> None:
+def drop_dead_nodes(graph: onnx.GraphProto) -> None:
     """Remove nodes whose outputs nothing reads (the unfused chains' leftovers, their Constants)."""
     live = {out.name for out in graph.output}
     keep = []
@@ -204,7 +204,7 @@ def _drop_dead(graph: onnx.GraphProto) -> None:
 
 def fuse_decoder_ops(model: onnx.ModelProto) -> dict[str, int]:
     """Rewrite `model` in place onto the fused contrib ops; how many of each were fused."""
-    g = _Graph(model)
+    g = GraphIndex(model)
     shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in model.graph.input}
     new_nodes: dict[int, list[onnx.NodeProto]] = defaultdict(list)
     dropped: set[int] = set()
@@ -222,7 +222,7 @@ def fuse_decoder_ops(model: onnx.ModelProto) -> dict[str, int]:
             nodes.append(node)
     del model.graph.node[:]
     model.graph.node.extend(nodes)
-    _drop_dead(model.graph)
+    drop_dead_nodes(model.graph)
     if (norms or rotary) and not any(o.domain == MS_DOMAIN for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
     return {"skip_rms_norm": skips, "rms_norm": norms - skips, "rotary": rotary}

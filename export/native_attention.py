@@ -21,12 +21,12 @@ from onnx import helper
 from mtpedge.runtime.contract import CACHE_SLOTS
 from mtpedge.runtime.kernels import DOMAIN
 
-from .fused_ops import _drop_dead, _Graph, _scalar
+from .fused_ops import GraphIndex, drop_dead_nodes, scalar_value
 
 ATTENTION_BIAS = "attention_bias"
 
 
-def _chain(g: _Graph, start: str, ops: tuple[str, ...]) -> onnx.NodeProto | None:
+def _chain(g: GraphIndex, start: str, ops: tuple[str, ...]) -> onnx.NodeProto | None:
     """The last node of a chain of single consumers of `start` with these op types, or None."""
     node, name = None, start
     for op in ops:
@@ -37,7 +37,8 @@ def _chain(g: _Graph, start: str, ops: tuple[str, ...]) -> onnx.NodeProto | None
     return node
 
 
-def _layer(g: _Graph, scatter_key: onnx.NodeProto, mask_value: float) -> tuple[onnx.NodeProto, onnx.NodeProto] | None:
+def _layer(g: GraphIndex, scatter_key: onnx.NodeProto,
+           mask_value: float) -> tuple[onnx.NodeProto, onnx.NodeProto] | None:
     """(the CacheAttention node, the node it stands in for) of one layer, or None if the chain differs."""
     present_key = scatter_key.output[0]
     present_value = "present_value_" + present_key.removeprefix("present_key_")
@@ -50,7 +51,7 @@ def _layer(g: _Graph, scatter_key: onnx.NodeProto, mask_value: float) -> tuple[o
     if scaled is None:
         return None
     scale_input = 1 if g.const(scaled.input[1]) is not None else 0
-    scale = _scalar(g.const(scaled.input[scale_input]))
+    scale = scalar_value(g.const(scaled.input[scale_input]))
     grouped = g.op(scaled.input[1 - scale_input], "Reshape")
     mixed = next((n for n in g.consumers[present_value] if n.op_type == "MatMul"), None)
     end = _chain(g, mixed.output[0], ("Reshape", "Transpose", "Reshape")) if mixed is not None else None
@@ -66,7 +67,7 @@ def _layer(g: _Graph, scatter_key: onnx.NodeProto, mask_value: float) -> tuple[o
 
 def fuse_cache_attention(model: onnx.ModelProto, mask_value: float) -> int:
     """Rewrite `model` in place: each layer's attention chain as one CacheAttention; how many layers."""
-    g = _Graph(model)
+    g = GraphIndex(model)
     if not {CACHE_SLOTS, ATTENTION_BIAS} <= g.inputs:
         return 0
     replaced: dict[str, onnx.NodeProto] = {}  # output of the node stood in for -> the new node
@@ -88,7 +89,7 @@ def fuse_cache_attention(model: onnx.ModelProto, mask_value: float) -> int:
             nodes.append(node)
     del model.graph.node[:]
     model.graph.node.extend(nodes)
-    _drop_dead(model.graph)
+    drop_dead_nodes(model.graph)
     if not any(o.domain == DOMAIN for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(DOMAIN, 1))
     return len(replaced)
