@@ -92,7 +92,7 @@ def test_a_row_gets_the_same_bits_at_every_width_on_both_code_paths(library, qty
     results = {}
     for path in ("default", "portable"):
         if path == "portable":
-            monkeypatch.setenv("MTPEDGE_KERNELS_PORTABLE", "1")  # read at every call
+            monkeypatch.setenv("MTPEDGE_KERNELS_PORTABLE", "1")  # read when a session creates its kernels
         session = _session(library, weights)
         wide = session.run(None, {"x": x})[0]
         for width in (1, 2, 4):

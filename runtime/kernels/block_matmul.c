@@ -211,25 +211,22 @@ static int has_avx512_vnni(void) {
 static int has_avx512_vnni(void) { return 0; }
 #endif
 
-typedef void (*TilesFn)(const BmMatrix*, const BmRows*, int64_t, int64_t, int64_t, float*);
+int bm_vector_path(void) { return has_avx512_vnni() && !getenv("MTPEDGE_KERNELS_PORTABLE"); }
 
-static TilesFn tiles_fn(const BmMatrix* m) {
+const char* bm_path(void) { return bm_vector_path() ? "avx512-vnni" : "portable"; }
+
+static BmTiles tiles_fn(const BmMatrix* m, int vector) {
 #if defined(__x86_64__)
-  if (has_avx512_vnni() && !getenv("MTPEDGE_KERNELS_PORTABLE")) {
+  if (vector) {
     if (m->bits == 4 && m->block == 32) return tiles_avx512_4b32;
     if (m->bits == 4 && m->block == 16) return tiles_avx512_4b16;
     if (m->bits == 8 && m->block == 32) return tiles_avx512_8b32;
     if (m->bits == 8 && m->block == 16) return tiles_avx512_8b16;
   }
+#else
+  (void)m, (void)vector;
 #endif
   return tiles_portable;
-}
-
-const char* bm_path(void) {
-#if defined(__x86_64__)
-  if (has_avx512_vnni() && !getenv("MTPEDGE_KERNELS_PORTABLE")) return "avx512-vnni";
-#endif
-  return "portable";
 }
 
 const char* bm_check(const BmMatrix* m) {
@@ -240,6 +237,4 @@ const char* bm_check(const BmMatrix* m) {
   return NULL;
 }
 
-void bm_tiles(const BmMatrix* m, const BmRows* a, int64_t rows, int64_t tile0, int64_t tile1, float* y) {
-  tiles_fn(m)(m, a, rows, tile0, tile1, y);
-}
+BmTiles bm_tiles_for(const BmMatrix* m, int vector) { return tiles_fn(m, vector); }

@@ -19,8 +19,14 @@ typedef struct {    /* rows of activations, quantized per block */
   float* s;         /* [rows][k / block] float sum of the block's inputs */
 } BmRows;
 
+/* y[rows][tile0 * 16 .. tile1 * 16) of the product */
+typedef void (*BmTiles)(const BmMatrix* m, const BmRows* a, int64_t rows, int64_t tile0, int64_t tile1, float* y);
+
 const char* bm_check(const BmMatrix* m); /* NULL when the shapes are supported, else why not */
-const char* bm_path(void);               /* "avx512-vnni" or "portable" */
+/* whether this CPU and environment take the AVX-512 VNNI path (MTPEDGE_KERNELS_PORTABLE: no); decided once per
+   kernel, not per call: it reads the environment */
+int bm_vector_path(void);
+const char* bm_path(void); /* "avx512-vnni" or "portable" */
 void bm_quantize_rows(const float* x, int64_t rows, int64_t k, int64_t block, int zero, BmRows* out);
-void bm_tiles(const BmMatrix* m, const BmRows* a, int64_t rows, int64_t tile0, int64_t tile1, float* y);
+BmTiles bm_tiles_for(const BmMatrix* m, int vector); /* the code of m's format on the path `vector` says */
 #endif

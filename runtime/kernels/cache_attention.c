@@ -247,7 +247,11 @@ static int has_avx512f(void) {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f");
 }
+#else
+static int has_avx512f(void) { return 0; }
 #endif
+
+int attn_vector_path(void) { return has_avx512f() && !getenv("MTPEDGE_KERNELS_PORTABLE"); }
 
 void attn_task(const AttnShape* s, const float* q, const float* key, const float* value, const float* bias,
                float* out, int64_t task, float* scratch) {
@@ -255,7 +259,7 @@ void attn_task(const AttnShape* s, const float* q, const float* key, const float
   const int64_t g = task / chunks, r0 = task % chunks * per_task;
   const int n = (int)(group_rows(s) - r0 < per_task ? group_rows(s) - r0 : per_task);
 #if defined(__x86_64__)
-  if (s->head_dim == 64 && has_avx512f() && !getenv("MTPEDGE_KERNELS_PORTABLE")) {
+  if (s->vector && s->head_dim == 64) {
     rows_avx512(s, q, key, value, bias, out, g, r0, n, scratch);
     return;
   }

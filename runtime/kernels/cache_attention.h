@@ -8,7 +8,11 @@ typedef struct {
   int64_t rows, context;             /* the block's rows T, the cache's columns C */
   float scale;                       /* multiplies q before the dot products */
   float masked_below;                /* a bias at or below this hides its column */
+  int vector;                        /* the AVX-512 path (head_dim 64), as attn_vector_path said */
 } AttnShape;
+
+/* whether this CPU and environment take the AVX-512 path (MTPEDGE_KERNELS_PORTABLE: no); decided once per kernel */
+int attn_vector_path(void);
 
 /* cache (kv_heads, C, head_dim) <- rows (kv_heads, T, head_dim) at columns slots[T] */
 void attn_write_rows(const AttnShape* s, float* cache, const float* rows, const int64_t* slots);

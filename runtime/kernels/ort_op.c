@@ -36,11 +36,13 @@ typedef struct {
   OpKind kind;
   int64_t k, n, bits, block, zero;
   int half_tables;
+  int vector;                /* the code path, decided when the session creates the kernel (not per call) */
   float scale, masked_below; /* CacheAttention */
 } Kernel;
 
 typedef struct {
   const BmMatrix* m;
+  BmTiles tiles_fn;
   const BmRows* rows_q;
   int64_t rows, tiles;
   float* y;
@@ -62,6 +64,7 @@ static OrtStatus* ORT_API_CALL create_kernel(const OrtCustomOp* op, const OrtApi
   kernel->half_tables = ((const Op*)op)->half_tables;
   OrtStatus* status = NULL;
   if (kernel->kind == CACHE_ATTENTION) {
+    kernel->vector = attn_vector_path();
     if ((status = api->KernelInfoGetAttribute_float(info, "scale", &kernel->scale)) ||
         (status = api->KernelInfoGetAttribute_float(info, "masked_below", &kernel->masked_below))) {
       free(kernel);
@@ -84,6 +87,7 @@ static OrtStatus* ORT_API_CALL create_kernel(const OrtCustomOp* op, const OrtApi
     free(kernel);
     return api->CreateStatus(ORT_INVALID_ARGUMENT, why);
   }
+  kernel->vector = bm_vector_path();
   *out = kernel;
   return NULL;
 }
@@ -92,7 +96,7 @@ static void run_task(void* data, size_t index) {
   const Task* t = data;
   int64_t tile0 = (int64_t)index * TILES_PER_TASK, tile1 = tile0 + TILES_PER_TASK;
   if (tile1 > t->tiles) tile1 = t->tiles;
-  bm_tiles(t->m, t->rows_q, t->rows, tile0, tile1, t->y);
+  t->tiles_fn(t->m, t->rows_q, t->rows, tile0, tile1, t->y);
 }
 
 static OrtStatus* tensor_data(OrtKernelContext* ctx, size_t index, const void** data, size_t* count) {
@@ -111,17 +115,24 @@ static OrtStatus* tensor_data(OrtKernelContext* ctx, size_t index, const void** 
   return g_api->GetTensorMutableData((OrtValue*)value, (void**)data);
 }
 
-static OrtStatus* shape_of(OrtKernelContext* ctx, size_t index, int64_t* dims, size_t rank) {
+/* input `index`'s dimensions (at most max_rank of them) and rank */
+static OrtStatus* input_shape(OrtKernelContext* ctx, size_t index, int64_t* dims, size_t max_rank, size_t* rank) {
   const OrtValue* value = NULL;
   TRY(g_api->KernelContext_GetInput(ctx, index, &value));
   OrtTensorTypeAndShapeInfo* info = NULL;
   TRY(g_api->GetTensorTypeAndShape(value, &info));
-  size_t actual = 0;
-  OrtStatus* status = g_api->GetDimensionsCount(info, &actual);
-  if (!status && actual != rank) status = fail("CacheAttention: an input has an unexpected rank");
-  if (!status) status = g_api->GetDimensions(info, dims, rank);
+  OrtStatus* status = g_api->GetDimensionsCount(info, rank);
+  if (!status && (*rank < 1 || *rank > max_rank)) status = fail("mtpedge kernels: an input has an unexpected rank");
+  if (!status) status = g_api->GetDimensions(info, dims, *rank);
   g_api->ReleaseTensorTypeAndShapeInfo(info);
   return status;
+}
+
+/* input_shape of an input that must have exactly `rank` dimensions */
+static OrtStatus* shape_of(OrtKernelContext* ctx, size_t index, int64_t* dims, size_t rank) {
+  size_t actual = 0;
+  TRY(input_shape(ctx, index, dims, rank, &actual));
+  return actual == rank ? NULL : fail("CacheAttention: an input has an unexpected rank");
 }
 
 typedef struct {
@@ -143,7 +154,8 @@ static OrtStatus* compute_attention(const Kernel* kernel, OrtKernelContext* ctx)
   TRY(shape_of(ctx, 1, new_dims, 4));
   TRY(shape_of(ctx, 3, kv_dims, 4));
   TRY(shape_of(ctx, 6, bias_dims, 4));
-  AttnShape s = {q_dims[1], kv_dims[1], q_dims[3], q_dims[2], kv_dims[2], kernel->scale, kernel->masked_below};
+  AttnShape s = {q_dims[1],    kv_dims[1],           q_dims[3],     q_dims[2],
+                 kv_dims[2],   kernel->scale,        kernel->masked_below, kernel->vector};
   if (s.kv_heads <= 0 || s.heads % s.kv_heads || kv_dims[3] != s.head_dim || new_dims[1] != s.kv_heads ||
       new_dims[2] != s.rows || bias_dims[2] != s.rows || bias_dims[3] != s.context)
     return fail("CacheAttention: q, new rows, cache and bias shapes do not agree");
@@ -188,17 +200,9 @@ static OrtStatus* compute_attention(const Kernel* kernel, OrtKernelContext* ctx)
 static OrtStatus* ORT_API_CALL compute(void* kernel_ptr, OrtKernelContext* ctx) {
   const Kernel* kernel = kernel_ptr;
   if (kernel->kind == CACHE_ATTENTION) return compute_attention(kernel, ctx);
-  const OrtValue* x_value = NULL;
-  TRY(g_api->KernelContext_GetInput(ctx, 0, &x_value));
-  OrtTensorTypeAndShapeInfo* info = NULL;
-  TRY(g_api->GetTensorTypeAndShape(x_value, &info));
   size_t rank = 0;
   int64_t dims[8];
-  OrtStatus* status = g_api->GetDimensionsCount(info, &rank);
-  if (!status && (rank < 1 || rank > 8)) status = fail("BlockMatMul: X must have rank 1 to 8");
-  if (!status) status = g_api->GetDimensions(info, dims, rank);
-  g_api->ReleaseTensorTypeAndShapeInfo(info);
-  if (status) return status;
+  TRY(input_shape(ctx, 0, dims, 8, &rank));
   if (dims[rank - 1] != kernel->k) return fail("BlockMatMul: the last axis of X is not K");
   int64_t rows = 1;
   for (size_t i = 0; i + 1 < rank; ++i) rows *= dims[i];
@@ -240,9 +244,9 @@ static OrtStatus* ORT_API_CALL compute(void* kernel_ptr, OrtKernelContext* ctx) 
   BmMatrix m = {kernel->n,           kernel->k, kernel->block, (int)kernel->bits, (int)kernel->zero,
                 kernel->half_tables, codes,     scales,        offsets};
   const int64_t tiles = kernel->n / 16;
-  Task task = {&m, &q, rows, tiles, y};
+  Task task = {&m, bm_tiles_for(&m, kernel->vector), &q, rows, tiles, y};
   const size_t tasks = (size_t)((tiles + TILES_PER_TASK - 1) / TILES_PER_TASK);
-  status = g_api->KernelContext_ParallelFor(ctx, run_task, tasks, 0, &task);
+  OrtStatus* status = g_api->KernelContext_ParallelFor(ctx, run_task, tasks, 0, &task);
   free(scratch);
   return status;
 }
