@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import asdict
 from pathlib import Path
 
 from mtpedge.runtime.bundle import BUNDLE_VERSION, MANIFEST, read_manifest
+from mtpedge.runtime.cache import cache_root
 from mtpedge.runtime.cost_table import decode_widths
 from mtpedge.runtime.kernels import NATIVE_LABEL, RECIPE_VERSION, native_kernels_pay
 
@@ -49,10 +49,6 @@ DMTD_DRAFTERS = ("dmtd-spec", "dmtd")  # drafters that run on a DMTD bundle (run
 def fast_buckets(context: int, widest: int = 64) -> tuple[int, ...]:
     """The buckets a fast bundle of `context` positions gets (those between its widest graph and its context)."""
     return tuple(b for b in FAST_BUCKETS if widest <= b < context)
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("MTPEDGE_CACHE", Path.home() / ".cache" / "mtpedge"))
 
 
 def default_bundle_dir(model: str | None, context: int, precision: str | None = None) -> Path:

@@ -22,8 +22,9 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from mtpedge.runtime.kernels import DOMAIN as NATIVE_DOMAIN
+
 from .block_weights import BlockWeights
-from .native_matmul import DOMAIN as NATIVE_DOMAIN
 from .native_matmul import block_matmul_node
 
 MS_DOMAIN = "com.microsoft"

@@ -78,7 +78,7 @@ def fuse_cache_attention(model: onnx.ModelProto, mask_value: float) -> int:
         if found is not None:
             node, end = found
             replaced[end.output[0]] = node
-            dropped |= {scatter.output[0], "present_value_" + scatter.output[0].removeprefix("present_key_")}
+            dropped |= set(node.output[1:])  # the two scatters: the new node writes present_key / present_value
     if not replaced:
         return 0
     nodes = []

@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from mtpedge.runtime.kernels import DOMAIN, NATIVE_LABEL  # noqa: F401 (NATIVE_LABEL: the exporters' name for it)
+from mtpedge.runtime.kernels import DOMAIN
 
 from .block_weights import BlockWeights
 
@@ -40,11 +40,6 @@ def tile_table(table: np.ndarray) -> np.ndarray:
     """(N, K / block) per-block floats -> [tile][block][16 columns], flat, in the table's own float type."""
     n, blocks = table.shape
     return np.ascontiguousarray(table.reshape(n // TILE, TILE, blocks).transpose(0, 2, 1)).reshape(-1)
-
-
-def supports(weights: BlockWeights) -> bool:
-    n, k = weights.shape
-    return weights.block_size in (16, 32) and n % TILE == 0 and k % weights.block_size == 0
 
 
 def half_tables(weights: BlockWeights) -> tuple[np.ndarray, np.ndarray | None] | None:

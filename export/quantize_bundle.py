@@ -24,13 +24,12 @@ import onnx
 from onnx import numpy_helper
 
 from mtpedge.runtime.contract import DEFAULT_MASK_VALUE, LORA_GATE
-from mtpedge.runtime.kernels import RECIPE_VERSION, native_kernels_pay
+from mtpedge.runtime.kernels import NATIVE_LABEL, RECIPE_VERSION, native_kernels_pay
 
 from .block_weights import BlockWeights, quantize_rtn
 from .integer_gemm import to_integer_gemm
 from .matmul_nbits import MatMulRewriter, weight_matmuls
 from .native_attention import fuse_cache_attention
-from .native_matmul import NATIVE_LABEL
 from .onnx_graphs import SharedWeights
 from .staging import copy_host_files, float_source, staged_folder
 

@@ -24,6 +24,8 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
+from ..cache import cache_root
+
 log = logging.getLogger(__name__)
 
 SOURCES = ("block_matmul.c", "cache_attention.c", "ort_op.c", "block_matmul.h", "cache_attention.h")
@@ -43,7 +45,7 @@ class KernelsUnavailable(RuntimeError):
 
 
 def kernels_dir() -> Path:
-    return Path(os.environ.get("MTPEDGE_CACHE", Path.home() / ".cache" / "mtpedge")) / "kernels"
+    return cache_root() / "kernels"
 
 
 def source_digest() -> str:
@@ -63,15 +65,6 @@ def library(build: bool = True) -> Path:
         raise KernelsUnavailable(f"mtpedge's kernel library is not built ({path}): "
                                  "run `python -m mtpedge.runtime.kernels`")
     return _build(path)
-
-
-def unavailable_reason() -> str | None:
-    """None when the library is (or can now be) built here, else why not."""
-    try:
-        library()
-    except KernelsUnavailable as err:
-        return str(err)
-    return None
 
 
 def _compiler() -> str:
