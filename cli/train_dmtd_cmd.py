@@ -25,7 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--decoding-layers", type=int, default=2, help="D: layers that decode alone (default 2)")
     parser.add_argument("--thinking-layers", type=int, default=2,
                         help="M: trained thinking layers before them, refilled by the drafter (default 2)")
-    parser.add_argument("--rank", type=int, default=32, help="LoRA rank of every copied projection (default 32)")
+    parser.add_argument("--rank", type=int, default=32,
+                        help="LoRA rank of every copied projection (default 32; 0: every weight of the copied layers "
+                             "trains, as in the paper)")
     parser.add_argument("--taus", type=parse_widths, default=(2, 3, 4),
                         help="cycle lengths τ, one drawn per step (default 2,3,4: one model serves all three)")
     parser.add_argument("--steps", type=int, default=3000, help="training steps, one answer each (default 3000)")

@@ -15,7 +15,9 @@ is a trained copy of the base's last m + D layers:
     decoding copy   D trained layers [L − D, L) + their final norm; the LM head is the base's, frozen
 
 Each copied projection carries a LoRA update (its own norms are trained whole); with the LoRA at zero the copy
-IS the base model's layers, so an untrained DMTD model with M = 1 everywhere is exactly the base model.
+IS the base model's layers, so an untrained DMTD model with M = 1 everywhere is exactly the base model. Rank 0
+trains every weight of the copy instead, as the paper trains its layers (the copy starts as the base's layers
+too); the shipped file then holds the copy's weights, not factors.
 
 Inference refills fully: at a head, the thinking copy runs over the τ tokens of the cycle (their tapped states
 came from the base call that verified or scored them) and the decoding copy re-runs them as heads, so every
@@ -55,12 +57,12 @@ PROJECTIONS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self
 class DmtdConfig:
     decoding_layers: int = 2  # D
     thinking_layers: int = 2  # m: trained thinking layers just before the decoding ones
-    lora_rank: int = 32
+    lora_rank: int = 32  # 0: every weight of the copy trains (no LoRA)
     lora_alpha: float = 32.0
 
     def __post_init__(self) -> None:
-        if self.decoding_layers < 1 or self.thinking_layers < 0 or self.lora_rank < 1:
-            raise ValueError(f"DMTD needs D >= 1 decoding layers, m >= 0 thinking layers and a LoRA rank >= 1, "
+        if self.decoding_layers < 1 or self.thinking_layers < 0 or self.lora_rank < 0:
+            raise ValueError(f"DMTD needs D >= 1 decoding layers, m >= 0 thinking layers and a LoRA rank >= 0, "
                              f"got D = {self.decoding_layers}, m = {self.thinking_layers}, rank = {self.lora_rank}")
 
     def tap_layer(self, num_layers: int) -> int:
@@ -101,10 +103,12 @@ class LoRALinear(nn.Module):
 
 
 def _lora_copy(layer: DecoderLayer, config: DmtdConfig, generator: torch.Generator) -> DecoderLayer:
-    """A copy of a base layer whose projections carry LoRA and whose norms train whole."""
+    """A copy of a base layer whose projections carry LoRA and whose norms train whole (rank 0: all of it trains)."""
     new = copy.deepcopy(layer)
     for p in new.parameters():
-        p.requires_grad_(False)
+        p.requires_grad_(config.lora_rank == 0)
+    if config.lora_rank == 0:
+        return new
     for name in PROJECTIONS:
         parent_name, attr = name.split(".")
         parent = getattr(new, parent_name)
@@ -119,7 +123,8 @@ def _merged_copy(layer: DecoderLayer) -> DecoderLayer:
     for name in PROJECTIONS:
         parent_name, attr = name.split(".")
         parent = getattr(new, parent_name)
-        setattr(parent, attr, getattr(parent, attr).merged())
+        if isinstance(getattr(parent, attr), LoRALinear):
+            setattr(parent, attr, getattr(parent, attr).merged())
     return new
 
 

@@ -157,6 +157,24 @@ def test_training_lowers_the_gated_loss_resume_is_exact_and_the_release_is_small
                                    dmtd_logits(decoder, trained, tokens, tapped, windows).numpy(), atol=2e-2)
 
 
+def test_rank_0_trains_every_weight_of_the_copy_and_leaves_the_base_alone(tiny_loaded, tiny_data, tmp_path):
+    """The paper's form: no LoRA, the copied layers' own weights train; the base model's weights do not move,
+    and the exported layers are the trained ones."""
+    decoder = tiny_loaded.decoder
+    base_before = {name: p.detach().clone() for name, p in decoder.named_parameters()}
+    full = DmtdConfig(decoding_layers=1, thinking_layers=1, lora_rank=0)
+    untrained = DmtdModel(decoder, full)
+    assert {name for name, p in untrained.named_parameters() if not p.requires_grad} == set()
+    settings = TrainSettings(model=full, taus=(2,), steps=4, lr=3e-3, warmup=1, eval_every=0, checkpoint_every=4)
+    trained, _ = load_dmtd(train_dmtd(tiny_loaded, tiny_data, tmp_path / "full", settings), tiny_loaded)
+    for name, p in decoder.named_parameters():
+        assert torch.equal(p, base_before[name]), name
+    moved = trained.decode[0].mlp.down_proj.weight
+    assert not torch.equal(moved, decoder.model.layers[-1].mlp.down_proj.weight)
+    _, decode = trained.merged_layers()
+    assert torch.equal(decode[0].mlp.down_proj.weight, moved)
+
+
 def test_a_checkpoint_is_refused_for_another_base_model(tiny_loaded, tiny_model_dir, tiny_data, tmp_path):
     from mtpedge.models.loading import load_model
 
