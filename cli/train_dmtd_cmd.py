@@ -28,6 +28,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rank", type=int, default=32,
                         help="LoRA rank of every copied projection (default 32; 0: every weight of the copied layers "
                              "trains, as in the paper)")
+    parser.add_argument("--init", default="",
+                        help="start a new run from a DMTD model: 'default' (the shipped one) or a checkpoint; "
+                             "with --rank 0 its LoRA is folded into the weights that then train (default: the "
+                             "base's layers)")
     parser.add_argument("--taus", type=parse_widths, default=(2, 3, 4),
                         help="cycle lengths τ, one drawn per step (default 2,3,4: one model serves all three)")
     parser.add_argument("--steps", type=int, default=3000, help="training steps, one answer each (default 3000)")
@@ -70,10 +74,16 @@ def run(args: argparse.Namespace) -> int:
 
     device = resolve_device(args.device)
     torch.set_num_threads(args.threads)
+    init = ""
+    if args.init:
+        from mtpedge.export.dmtd_bundle import resolve_dmtd
+
+        init = str(resolve_dmtd(args.init))
     model = DmtdConfig(decoding_layers=args.decoding_layers, thinking_layers=args.thinking_layers,
                        lora_rank=args.rank, lora_alpha=float(args.rank))
     settings = TrainSettings(model=model, taus=args.taus, steps=args.steps, lr=args.lr, lr_horizon=args.lr_horizon,
                              max_len=args.max_len, time_limit=args.time_limit, precision=args.precision,
+                             init=init,
                              checkpoint_every=args.checkpoint_every, eval_every=args.eval_every)
     out = Path(args.out)
     loaded = load_model(args.model)

@@ -163,6 +163,22 @@ class DmtdModel(nn.Module):
             for name, value in state.items():
                 own[name].copy_(value.to(own[name].dtype))
 
+    def start_from(self, other: DmtdModel) -> None:
+        """Take another DMTD model's trained weights as this one's start: the same configuration loads them as
+        they are; a rank-0 model takes the other's layers with its LoRA folded in (LoRA to full training)."""
+        if other.config == self.config:
+            self.load_trainable_state(other.trainable_state())
+            return
+        if self.config.lora_rank != 0 or (other.config.decoding_layers, other.config.thinking_layers) != \
+                (self.config.decoding_layers, self.config.thinking_layers):
+            raise ValueError(f"a DMTD model trained with {other.config.to_dict()} can start only a run of the same "
+                             f"configuration, or of the same layers at rank 0 (--rank 0), not {self.config.to_dict()}")
+        think, decode = other.merged_layers()
+        with torch.no_grad():
+            for mine, theirs in zip([*self.think, *self.decode], [*think, *decode], strict=True):
+                mine.load_state_dict(theirs.state_dict())
+            self.norm.load_state_dict(other.norm.state_dict())
+
     def merged_layers(self) -> tuple[list[DecoderLayer], list[DecoderLayer]]:
         """(thinking copy, decoding copy) as plain decoder layers with the LoRA folded in, for export."""
         return [_merged_copy(layer) for layer in self.think], [_merged_copy(layer) for layer in self.decode]

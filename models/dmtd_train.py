@@ -62,6 +62,9 @@ class TrainSettings:
     # instead of over the step horizon (schedule.TrainingClock); steps stays the upper bound
     time_limit: float = 0.0
     precision: str = "float32"  # of the forward passes: float32 or bfloat16 (device.training_autocast)
+    # a new run starts from this DMTD model's file instead of the base's layers; to rank 0 its LoRA is folded in
+    # (DmtdModel.start_from). Ignored on resume
+    init: str = ""
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -205,6 +208,9 @@ def _start_or_resume(loaded: LoadedModel, ckpt: Path, settings: TrainSettings, r
                      say: Callable[[str], None]) -> _Run:
     if not ckpt.is_file():
         model = DmtdModel(loaded.decoder, settings.model, settings.seed).to(loaded.decoder.lm_head.weight.device)
+        if settings.init:
+            model.start_from(load_dmtd(Path(settings.init), loaded)[0])
+            say(f"started from the DMTD model {settings.init}")
         return _Run(model, settings.lr_horizon or settings.steps)
     if not resume:
         raise ValueError(f"{ckpt} exists: pass --resume to continue it, or another --out")

@@ -175,6 +175,32 @@ def test_rank_0_trains_every_weight_of_the_copy_and_leaves_the_base_alone(tiny_l
     assert torch.equal(decode[0].mlp.down_proj.weight, moved)
 
 
+def test_a_new_run_starts_from_a_trained_model_and_rank_0_folds_its_lora_in(tiny_loaded, tiny_data, tmp_path):
+    lora = DmtdConfig(decoding_layers=1, thinking_layers=1, lora_rank=4)
+    settings = TrainSettings(model=lora, taus=(2,), steps=4, lr=3e-3, warmup=1, eval_every=0, checkpoint_every=4)
+    source = train_dmtd(tiny_loaded, tiny_data, tmp_path / "lora", settings)
+    trained, _ = load_dmtd(source, tiny_loaded)
+    ids = np.arange(3, 30, dtype=np.int64)
+    decoder = tiny_loaded.decoder
+    with torch.no_grad():
+        tapped = tapped_states(decoder, ids, trained.tap)
+        windows = draft_windows(ids.size, 3, 4)
+        expected = dmtd_logits(decoder, trained, ids, tapped, windows)
+        for config in (lora, dataclasses.replace(lora, lora_rank=0)):
+            started = DmtdModel(decoder, config, seed=1)
+            started.start_from(trained)
+            np.testing.assert_allclose(dmtd_logits(decoder, started, ids, tapped, windows).numpy(), expected.numpy(),
+                                       atol=1e-5)
+    with pytest.raises(ValueError, match="same configuration"):
+        DmtdModel(decoder, dataclasses.replace(lora, lora_rank=8)).start_from(trained)
+    # through the trainer: step 0 of a run with init is the source model
+    full = dataclasses.replace(settings, model=dataclasses.replace(lora, lora_rank=0), steps=0, init=str(source))
+    started, _ = load_dmtd(train_dmtd(tiny_loaded, tiny_data, tmp_path / "full", full), tiny_loaded)
+    with torch.no_grad():
+        np.testing.assert_allclose(dmtd_logits(decoder, started, ids, tapped, windows).numpy(), expected.numpy(),
+                                   atol=1e-5)
+
+
 def test_a_checkpoint_is_refused_for_another_base_model(tiny_loaded, tiny_model_dir, tiny_data, tmp_path):
     from mtpedge.models.loading import load_model
 
