@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", help="self-distilled data: the folder of `mtpedge distill` (or an .npz); needed "
                                        "when --steps > 0")
     parser.add_argument("--out", required=True, help="checkpoint folder (DIR/dmtd.pt)")
-    parser.add_argument("--decoding-layers", type=int, default=2, help="D: layers that decode alone (default 2)")
+    parser.add_argument("--decoding-layers", type=int, default=6, help="D: layers that decode alone (default 6)")
     parser.add_argument("--thinking-layers", type=int, default=2,
                         help="M: trained thinking layers before them, refilled by the drafter (default 2)")
     parser.add_argument("--rank", type=int, default=32,

@@ -55,7 +55,10 @@ PROJECTIONS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self
 
 @dataclass(frozen=True)
 class DmtdConfig:
-    decoding_layers: int = 2  # D
+    # D. 6 of SmolLM2's 30 (the paper's share: 8 of 36). Equal steps from scratch, held-out dmtd-spec τ at 600 steps
+    # for D = 2 / 4 / 6 / 8: 1.163 / 1.276 / 1.366 / 1.411, where every weight of D = 2 (rank 0) gave 1.164 and 6
+    # thinking layers 1.190 (benchmarks/results/dmtd/session24/ablation-600.json); 8 costs a third more per draft
+    decoding_layers: int = 6
     thinking_layers: int = 2  # m: trained thinking layers just before the decoding ones
     lora_rank: int = 32  # 0: every weight of the copy trains (no LoRA)
     lora_alpha: float = 32.0
