@@ -32,7 +32,7 @@ DEVICE=${DEVICE:-auto}
 THREADS=${THREADS:-1}
 PRECISION=${PRECISION:-float32}
 MTP_ARGS=${MTP_ARGS:-"--k 3 --rank 8 --alpha 16 --max-blocks 64 --lr 1.5e-3 --warmup 30"}
-DMTD_ARGS=${DMTD_ARGS:-"--decoding-layers 2 --thinking-layers 2 --rank 32 --lr 1e-3"}
+DMTD_ARGS=${DMTD_ARGS:-"--decoding-layers 6 --thinking-layers 2 --rank 32 --lr 1e-3"}
 QUESTIONS=bench/data/spec_bench/question.jsonl
 MTPEDGE=${MTPEDGE:-mtpedge}
 mkdir -p "$OUT" "$WORK"
