@@ -103,7 +103,10 @@ class CopyDrafter(Drafter):
 
 @dataclass(frozen=True)
 class DmtdSpecOptions:
-    draft_len: int = option(3, "tokens the copy drafts per step (0 = plain decoding)")
+    # 2: with the D = 6 model, on 13 tuning questions (none of the 52 report ones) draft_len 1 / 2 / 3 ran at 0.81x /
+    # 0.79x / 0.74x plain decoding (τ 1.40 / 1.51 / 1.58); the report questions gave 0.82x / 0.82x / 0.76x
+    # (benchmarks/results/dmtd/session24/tune-13q, bench-52q)
+    draft_len: int = option(2, "tokens the copy drafts per step (0 = plain decoding)")
 
     def __post_init__(self) -> None:
         if self.draft_len < 0:
