@@ -1,12 +1,12 @@
 """mtpedge train-dmtd --data DIR --out DIR [--decoding-layers D] [--thinking-layers M] [--rank R] [--taus 2,3,4]
-                    [--steps N] [--lr-horizon H] [--time-limit S] [--resume] [--heldout-questions question.jsonl]
-                    [--release-copy FILE] [--export-bundle BUNDLE_DIR]
+                    [--init default|FILE] [--steps N] [--lr-horizon H] [--time-limit S] [--resume]
+                    [--heldout-questions question.jsonl] [--release-copy FILE] [--export-bundle BUNDLE_DIR]
 
-Trains a DMTD model (models/dmtd.py: LoRA copies of the base's last M + D layers under the cyclic gate,
-distilled from the base's own top-k; the base model stays as it is), writing DIR/dmtd.pt every
---checkpoint-every steps. --release-copy writes the small float16 form that is shipped; --export-bundle writes a
-bundle that holds the base model's graphs (tapped) plus the copy's graphs (for `generate --drafter dmtd-spec` and
-the lossy `--drafter dmtd`).
+Trains a DMTD model (models/dmtd.py: LoRA copies of the base's last M + D layers, or at --rank 0 the layers
+whole, under the cyclic gate, distilled from the base's own top-k; the base model stays as it is), writing
+DIR/dmtd.pt every --checkpoint-every steps. --init starts a new run from a trained DMTD model. --release-copy writes
+the small float16 form that is shipped; --export-bundle writes a bundle that holds the base model's graphs (tapped)
+plus the copy's graphs (for `generate --drafter dmtd-spec` and the lossy `--drafter dmtd`).
 """
 
 from __future__ import annotations
