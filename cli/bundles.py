@@ -77,15 +77,16 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
     mtp: the default model's bundle with the shipped multi-token adapter, in a cache folder of its own since
     adapter graphs make plain decoding slower: `-mtp-<fast label>` on the fast recipe (the LoRA factors stay
     float32 beside MatMulNBits base weights), `-mtp` at precision float32.
-    dmtd: the default model's DMTD bundle with the shipped DMTD model (a `-dmtd` folder: tapped base graphs +
-    the trained copy's graphs, float32)."""
+    dmtd: the default model's DMTD bundle with the shipped DMTD model (tapped base graphs + the trained copy's
+    graphs): `-dmtd-<fast label>` on the fast recipe (dmtd_export_config), `-dmtd` at precision float32."""
     if bundle:
         return Path(bundle)
     _refuse_unshipped(model, mtp, dmtd)
-    fast = not dmtd and is_fast(model, precision)
-    flavor = "dmtd" if dmtd else fast_label() if fast else None
-    if mtp:
-        flavor = f"mtp-{fast_label()}" if fast else "mtp"
+    fast = is_fast(model, precision)
+    flavor = fast_label() if fast else None
+    if mtp or dmtd:
+        family = "mtp" if mtp else "dmtd"
+        flavor = f"{family}-{flavor}" if flavor else family
     folder = default_bundle_dir(model, context, flavor)
     cached = (folder / MANIFEST).is_file()
     reexport = _why_reexport(folder, model, mtp, dmtd, fast) if cached else None
@@ -107,10 +108,10 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
     extra += " on its GGUF grid (fast kernels)" if fast else ""
     say(f"exporting {what}{extra} to {folder} (once; later runs reuse it)")
     if dmtd:
-        from mtpedge.export.dmtd_bundle import DmtdExportConfig, export_dmtd_bundle
+        from mtpedge.export.dmtd_bundle import export_dmtd_bundle
         from mtpedge.models.loading import load_model
 
-        export_dmtd_bundle(load_model(None), "default", folder, DmtdExportConfig(context=context), progress=say)
+        export_dmtd_bundle(load_model(None), "default", folder, dmtd_export_config(context, fast), progress=say)
         return folder
     quantization = None
     if fast:
@@ -123,6 +124,21 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
                                               **({"decode_widths": FAST_DECODE_WIDTHS} if fast else {})),
                   progress=say)
     return folder
+
+
+def dmtd_export_config(context: int, fast: bool, copy_widths: tuple[int, ...] | None = None):
+    """How a DMTD bundle is exported: float32, or on the fast recipe (the base graphs as the fast bundle's, the
+    copy's on round-to-nearest blocks: export/dmtd_bundle.py), where dmtd-spec ran 4x faster in tokens per second
+    (benchmarks/results/dmtd/README.md). copy_widths: the copy's graphs besides the prefill width (None: 1 and 4, and
+    on the fast recipe also 2, the width of a draft_len-1 step's heads)."""
+    from mtpedge.export.dmtd_bundle import DmtdExportConfig
+
+    if not fast:
+        return DmtdExportConfig(context=context, **({"copy_widths": copy_widths} if copy_widths else {}))
+    from mtpedge.export.quantize_bundle import fast_recipe
+
+    return DmtdExportConfig(context=context, context_buckets=fast_buckets(context), decode_widths=FAST_DECODE_WIDTHS,
+                            copy_widths=copy_widths or (1, 2, 4), quantization=fast_recipe())
 
 
 def _refuse_unshipped(model: str | None, mtp: bool, dmtd: bool) -> None:
@@ -144,9 +160,9 @@ def _why_reexport(folder: Path, model: str | None, mtp: bool, dmtd: bool, fast: 
         return "was exported by another version of mtpedge (its graphs take other inputs)"
     if mtp and _predates_shipped_adapter(folder):
         return "predates the multi-token adapter shipped for the default model"
-    if dmtd:
-        return "predates the DMTD model shipped for the default model" if _predates_shipped_dmtd(folder) else None
-    if model is None and not mtp and _lacks_shipped_masks(folder):
+    if dmtd and _predates_shipped_dmtd(folder):
+        return "predates the DMTD model shipped for the default model"
+    if model is None and not mtp and not dmtd and _lacks_shipped_masks(folder):
         return "predates the learned masks shipped for the default model"
     if fast and _recipe_differs(folder):
         return ("was made by another fast recipe than this mtpedge's (its manifest's quantization config or kernels "

@@ -1,12 +1,14 @@
 """mtpedge train-dmtd --data DIR --out DIR [--decoding-layers D] [--thinking-layers M] [--rank R] [--taus 2,3,4]
                     [--init default|FILE] [--steps N] [--lr-horizon H] [--time-limit S] [--resume]
                     [--heldout-questions question.jsonl] [--release-copy FILE] [--export-bundle BUNDLE_DIR]
+                    [--bundle-precision auto|float32]
 
 Trains a DMTD model (models/dmtd.py: LoRA copies of the base's last M + D layers, or at --rank 0 the layers
 whole, under the cyclic gate, distilled from the base's own top-k; the base model stays as it is), writing
 DIR/dmtd.pt every --checkpoint-every steps. --init starts a new run from a trained DMTD model. --release-copy writes
 the small float16 form that is shipped; --export-bundle writes a bundle that holds the base model's graphs (tapped)
-plus the copy's graphs (for `generate --drafter dmtd-spec` and the lossy `--drafter dmtd`).
+plus the copy's graphs (for `generate --drafter dmtd-spec` and the lossy `--drafter dmtd`), for a GGUF model on the
+fast recipe unless --bundle-precision float32.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from mtpedge.bundles import PRECISIONS
 from mtpedge.export_cmd import parse_widths
 
 
@@ -60,8 +63,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--release-copy", help="also write the trained weights in float16 here (what is shipped)")
     parser.add_argument("--export-bundle", help="after training, write a DMTD bundle here (base graphs + the copy's)")
     parser.add_argument("--context", type=int, default=1024, help="bundle context (default 1024)")
-    parser.add_argument("--copy-widths", type=parse_widths, default=(1, 4),
-                        help="widths of the copy's graphs besides the prefill width (default 1,4)")
+    parser.add_argument("--copy-widths", type=parse_widths, default=None,
+                        help="widths of the copy's graphs besides the prefill width (default 1,4; 1,2,4 on the fast "
+                             "recipe)")
+    parser.add_argument("--bundle-precision", default="auto", choices=PRECISIONS,
+                        help="of --export-bundle: auto (a GGUF model's bundle on its own grid and fast kernels, the "
+                             "copy on 4-bit blocks; float32 for a Hugging Face folder) or float32")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -104,9 +111,11 @@ def run(args: argparse.Namespace) -> int:
         size = write_release(ckpt, Path(args.release_copy), loaded)
         print(f"release copy: {args.release_copy} ({size / 2**20:.1f} MiB)")
     if args.export_bundle:
-        from mtpedge.export.dmtd_bundle import DmtdExportConfig, export_dmtd_bundle
+        from mtpedge.bundles import dmtd_export_config, is_fast
+        from mtpedge.export.dmtd_bundle import export_dmtd_bundle
 
-        config = DmtdExportConfig(context=args.context, copy_widths=tuple(args.copy_widths))
+        config = dmtd_export_config(args.context, is_fast(args.model, args.bundle_precision),
+                                    tuple(args.copy_widths) if args.copy_widths else None)
         export_dmtd_bundle(loaded, ckpt, Path(args.export_bundle), config, progress=print)
     return 0
 

@@ -14,6 +14,10 @@ trained copy's graphs (models/dmtd.py).
 The LoRA updates are folded into the copied layers' weights. Every method runs on the base graphs as on any
 bundle; the `dmtd-spec` and `dmtd` drafters (runtime/drafters/dmtd.py) add the copy's graphs. Built in a hidden
 folder and moved into place when whole.
+
+With a QuantConfig (the fast recipe: what `--drafter dmtd-spec` exports for the default model) the base graphs are
+quantized as any bundle's (a GGUF source's own grid), and the copy's graphs take round-to-nearest blocks
+(COPY_PRECISION) on the same kernels: the trained weights are on no grid, and a draft only has to be right.
 """
 
 from __future__ import annotations
@@ -40,7 +44,10 @@ from ..models.dmtd import DecodingGraph, ThinkingGraph
 from ..models.dmtd_train import load_dmtd
 from ..models.loading import LoadedModel
 from .bundle_writer import ExportConfig, export_bundle
+from .fused_ops import fuse_decoder_ops
+from .native_matmul import TILE
 from .onnx_graphs import SharedWeights, check_contract, trace_graph
+from .quantize_bundle import QuantConfig, WeightSource, quantize_graph
 from .staging import replace_folder
 
 log = logging.getLogger(__name__)
@@ -50,20 +57,27 @@ SHORTLIST_FILE = f"{COPY_FOLDER}/shortlist.npy"
 # the DMTD model shipped for the embedded default model (README "DMTD"), what `--drafter dmtd-spec` / `dmtd`
 # export into the default model's -dmtd cache bundle on first use
 DEFAULT_DMTD = Path(__file__).parent / "data" / "smollm2-135m-instruct-dmtd.pt"
+# the copy's weights and output layer in a quantized DMTD bundle (round-to-nearest blocks: QuantConfig.weights)
+COPY_PRECISION = ("int4", "int8")
 
 
 @dataclass(frozen=True)
 class DmtdExportConfig:
     context: int = 1024
+    context_buckets: tuple[int, ...] = ()  # the base graphs' smaller contexts (ExportConfig.context_buckets)
     prefill_width: int = 64
     decode_widths: tuple[int, ...] = (1, 4)  # the base model's graphs: dmtd-spec's chains of 3, dmtd's cycles
     copy_widths: tuple[int, ...] = (1, 4)  # the copy's graphs besides the prefill width: drafts (1), heads
     shortlist: int = 8192  # tokens the draft graphs score (0: the whole vocabulary)
+    quantization: QuantConfig | None = None  # None: float32 graphs (see the module's docstring)
     check_parity: bool = True
 
     def __post_init__(self) -> None:
         if self.shortlist < 0:
             raise ValueError(f"the drafting shortlist must be >= 0 tokens (0 = all), got {self.shortlist}")
+        if self.quantization is not None and self.quantization.kernels == "mtpedge" and self.shortlist % TILE:
+            raise ValueError(f"mtpedge's kernels compute {TILE} output columns at a time: make the drafting "
+                             f"shortlist a multiple of {TILE} (got {self.shortlist})")
 
 
 def resolve_dmtd(name: str) -> Path:
@@ -84,28 +98,15 @@ def export_dmtd_bundle(loaded: LoadedModel, checkpoint: Path, out_dir: Path, con
     tmp = out_dir.parent / f".{out_dir.name}.dmtd-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        export_bundle(loaded, tmp, ExportConfig(context=config.context, prefill_width=config.prefill_width,
+        export_bundle(loaded, tmp, ExportConfig(context=config.context, context_buckets=config.context_buckets,
+                                                prefill_width=config.prefill_width,
                                                 decode_widths=config.decode_widths, tap_layer=model.tap,
+                                                quantization=config.quantization,
                                                 check_parity=config.check_parity), progress=say)
         (tmp / COPY_FOLDER).mkdir()
         shortlist = _shortlist(state, loaded.config.vocab_size, config.shortlist)
         np.save(tmp / SHORTLIST_FILE, shortlist)
-        think, decode = model.merged_layers()
-        lm_weight = loaded.decoder.lm_head.weight.detach()
-        modules = {"decode": (DecodingGraph(decode, model.norm, lm_weight), lm_weight.shape[0]),
-                   "draft": (DecodingGraph(decode, model.norm, lm_weight[torch.from_numpy(shortlist)]), shortlist.size)}
-        if think:
-            modules["think"] = (ThinkingGraph(think), 0)
-        widths = sorted({config.prefill_width, *config.copy_widths})
-        weights = SharedWeights(tmp / COPY_FOLDER / "weights.data")
-        graphs: dict[str, list[dict]] = {}
-        try:
-            for kind, (module, vocab) in modules.items():
-                graphs[kind] = [dataclasses.asdict(_write_graph(module.eval(), kind, width, vocab, loaded, config,
-                                                                tmp, weights)) for width in widths]
-                say(f"wrote {len(widths)} {kind} graphs (widths {widths})")
-        finally:
-            weights.close()
+        graphs = _write_copy_graphs(model, loaded, shortlist, config, tmp, say)
         manifest = read_manifest(tmp)
         extras = dict(manifest.extras)
         extras["dmtd"] = {
@@ -137,6 +138,58 @@ def _shortlist(state: dict, vocab_size: int, size: int) -> np.ndarray:
     return np.sort(frequent[:size])
 
 
+def _write_copy_graphs(model, loaded: LoadedModel, shortlist: np.ndarray, config: DmtdExportConfig, folder: Path,
+                       say: Callable[[str], None]) -> dict[str, list[dict]]:
+    """The copy's graph sets (think, decode, draft) at every copy width, in folder/dmtd; their manifest entries.
+
+    Quantized ones are traced into a float32 work folder first, which quantize_graph reads and which is removed."""
+    think, decode = model.merged_layers()
+    lm_weight = loaded.decoder.lm_head.weight.detach()
+    modules = {"decode": (DecodingGraph(decode, model.norm, lm_weight), lm_weight.shape[0]),
+               "draft": (DecodingGraph(decode, model.norm, lm_weight[torch.from_numpy(shortlist)]), shortlist.size)}
+    if think:
+        modules["think"] = (ThinkingGraph(think), 0)
+    widths = sorted({config.prefill_width, *config.copy_widths})
+    quant = config.quantization
+    work = folder / (COPY_FOLDER if quant is None else f".{COPY_FOLDER}-float32")
+    work.mkdir(exist_ok=True)
+    weights = SharedWeights(work / "weights.data")
+    entries: dict[str, list[GraphEntry]] = {}
+    try:
+        for kind, (module, vocab) in modules.items():
+            entries[kind] = [_write_graph(module.eval(), kind, width, vocab, loaded, config, work, weights)
+                             for width in widths]
+            say(f"wrote {len(widths)} {kind} graphs (widths {widths})")
+    finally:
+        weights.close()
+    if quant is not None:
+        entries = _quantize_copy(entries, quant, work, folder / COPY_FOLDER, say)
+        shutil.rmtree(work)
+    return {kind: [dataclasses.asdict(e) for e in kind_entries] for kind, kind_entries in entries.items()}
+
+
+def _quantize_copy(entries: dict[str, list[GraphEntry]], quant: QuantConfig, work: Path, out: Path,
+                   say: Callable[[str], None]) -> dict[str, list[GraphEntry]]:
+    """The float32 copy graphs in `work` on round-to-nearest blocks (COPY_PRECISION) with the recipe's kernels and
+    operators, into `out`."""
+    weights, output_layer = COPY_PRECISION
+    copy_config = dataclasses.replace(quant, weights=weights, output_layer=output_layer, quality_report=False)
+    source = WeightSource(copy_config, None)
+    shared = SharedWeights(out / "weights.data")
+    quantized: dict[str, list[GraphEntry]] = {}
+    try:
+        for kind, kind_entries in entries.items():
+            quantized[kind] = []
+            for entry in kind_entries:
+                graph, _ = quantize_graph(work / Path(entry.file).name, source, shared)
+                onnx.save_model(graph, out / Path(entry.file).name)
+                quantized[kind].append(dataclasses.replace(entry, precision=copy_config.label))
+            say(f"quantized the {kind} graphs ({copy_config.label})")
+    finally:
+        shared.close()
+    return quantized
+
+
 def _write_graph(module: torch.nn.Module, kind: str, width: int, vocab: int, loaded: LoadedModel,
                  config: DmtdExportConfig, folder: Path, weights: SharedWeights) -> GraphEntry:
     cfg = loaded.config
@@ -147,8 +200,10 @@ def _write_graph(module: torch.nn.Module, kind: str, width: int, vocab: int, loa
     with torch.no_grad():
         graph = trace_graph(module, shape)
     check_contract(graph, shape)
+    if config.quantization is not None and config.quantization.fused_ops:
+        fuse_decoder_ops(graph)
     weights.externalize(graph)
     name = graph_name(kind, width, config.context)
-    onnx.save_model(graph, folder / COPY_FOLDER / f"{name}.onnx")
+    onnx.save_model(graph, folder / f"{name}.onnx")
     return GraphEntry(name, f"{COPY_FOLDER}/{name}.onnx", "prefill" if width == config.prefill_width else "decode",
                       width, config.context, "float32", shape.input_shapes(), shape.output_shapes())

@@ -140,23 +140,106 @@ def test_bench_methods_take_the_dmtd_names(tiny_dmtd):
         assert run.decode_calls >= 1 and run.extra["lossless"] is True
 
 
+@pytest.mark.parametrize("kernels", ["onnxruntime", "mtpedge"])
+def test_a_quantized_dmtd_bundle_runs_the_copy_on_4_bit_blocks_and_dmtd_spec_stays_lossless(tiny_dmtd, tmp_path,
+                                                                                            kernels):
+    """On a QuantConfig (the fast recipe's shape: int8 activations, fused ops; the tiny model has no GGUF grid) the
+    base graphs are that recipe's, the copy's graphs take COPY_PRECISION blocks on the same kernels with no float
+    weight product left, no float32 work folder stays behind, and dmtd-spec outputs what plain decoding of the same
+    quantized bundle does."""
+    import dataclasses
+
+    import onnx
+
+    from mtpedge.export.dmtd_bundle import COPY_PRECISION, DmtdExportConfig, export_dmtd_bundle
+    from mtpedge.export.quantize_bundle import QuantConfig
+    from mtpedge.runtime.kernels import KernelsUnavailable, library
+
+    if kernels == "mtpedge":
+        try:
+            library()
+        except KernelsUnavailable as err:
+            pytest.skip(str(err))
+    loaded, ckpt, _ = tiny_dmtd
+    quant = QuantConfig(weights="int8", block_size=16, accuracy_level=4, fused_ops=True, kernels=kernels,
+                        quality_report=False)
+    export = DmtdExportConfig(context=256, context_buckets=(128,), prefill_width=16, decode_widths=(1, 2, 8),
+                              copy_widths=(1, 2, 8), shortlist=96, quantization=quant)
+    bundle = export_dmtd_bundle(loaded, ckpt, tmp_path / "bundle", export)
+    assert sorted(p.name for p in (bundle / "dmtd").iterdir() if p.name.startswith(".")) == []
+    engine = Engine.load(bundle, threads=1)
+    assert {g.precision for g in engine.manifest.graphs} == {quant.label}
+    copy_label = dataclasses.replace(quant, weights=COPY_PRECISION[0], output_layer=COPY_PRECISION[1]).label
+    dmtd = engine.manifest.extras["dmtd"]
+    for kind, layers in (("think", dmtd["thinking_layers"]), ("decode", dmtd["decoding_layers"]),
+                         ("draft", dmtd["decoding_layers"])):
+        entries = dmtd[f"{kind}_graphs"]
+        assert [e["width"] for e in entries] == [1, 2, 8, 16] and {e["precision"] for e in entries} == {copy_label}
+        ops = [n.op_type for n in onnx.load(str(bundle / entries[0]["file"]), load_external_data=False).graph.node]
+        # every weight product is on blocks; onnxruntime's operators keep the attention's two products as MatMul
+        if kernels == "mtpedge":
+            assert "BlockMatMul" in ops and ops.count("CacheAttention") == layers and "MatMul" not in ops
+        else:
+            assert "MatMulNBits" in ops and ops.count("MatMul") == 2 * layers
+    for draft_len in (1, 2):
+        drafter = make_drafter(f"dmtd-spec:draft_len={draft_len}", engine)
+        for prompt in PROMPTS:
+            plain = generate(engine, prompt, max_new_tokens=40, stop_token_ids=set()).token_ids
+            spec = generate(engine, prompt, max_new_tokens=40, stop_token_ids=set(), drafter=drafter)
+            assert spec.token_ids == plain and spec.stats.lossless
+
+
+def test_the_dmtd_drafters_get_the_fast_dmtd_bundle_of_the_default_model_or_a_float32_one(tmp_path, monkeypatch):
+    """Precision auto exports the default model's DMTD bundle on the fast recipe into `-dmtd-<fast label>`;
+    float32 into `-dmtd`; each once."""
+    import mtpedge.bundles as bundles
+    import mtpedge.export.dmtd_bundle as dmtd_bundle
+    import mtpedge.models.loading as loading
+
+    monkeypatch.setenv("MTPEDGE_CACHE", str(tmp_path))
+    exported = []
+
+    def fake_export(loaded, checkpoint, folder, config, progress):
+        exported.append((folder, config))
+        folder.mkdir(parents=True)
+        (folder / "manifest.json").write_text("{}")
+
+    monkeypatch.setattr(dmtd_bundle, "export_dmtd_bundle", fake_export)
+    monkeypatch.setattr(loading, "load_model", lambda model: None)
+    monkeypatch.setattr(bundles, "_why_reexport", lambda *args: None)  # tested with the other cache folders
+    fast = bundles.ensure_bundle(None, None, 1024, say=lambda _: None, dmtd=True)
+    assert fast == bundles.default_bundle_dir(None, 1024, f"dmtd-{bundles.fast_label()}")
+    float32 = bundles.ensure_bundle(None, None, 1024, say=lambda _: None, dmtd=True, precision="float32")
+    assert float32 == bundles.default_bundle_dir(None, 1024, "dmtd")
+    assert bundles.ensure_bundle(None, None, 1024, say=lambda _: None, dmtd=True) == fast  # cached
+    assert [folder for folder, _ in exported] == [fast, float32]
+    fast_config, float32_config = (config for _, config in exported)
+    assert fast_config.quantization is not None and fast_config.decode_widths == bundles.FAST_DECODE_WIDTHS
+    assert fast_config.context_buckets == bundles.fast_buckets(1024) and fast_config.copy_widths == (1, 2, 4)
+    assert float32_config.quantization is None and float32_config.context_buckets == ()
+
+
 @pytest.mark.slow
 def test_default_dmtd_drafters_run_without_flags_and_dmtd_spec_equals_plain_decoding(smollm2_float_bundle, capsys):
     """`--drafter dmtd-spec` with no bundle exports the default model with its shipped DMTD model (once, into the
-    cache's -dmtd bundle, float32 graphs) and outputs exactly what plain decoding of the default model's float32
-    bundle does; the lossy
-    `dmtd` runs there too and says it is lossy."""
+    cache's fast DMTD bundle) and outputs exactly what plain decoding of that bundle does; at --precision float32
+    exactly what the default model's float32 bundle does. The lossy `dmtd` runs too and says it is lossy."""
     import json
 
+    from mtpedge.bundles import default_bundle_dir, fast_label
     from mtpedge.main import main
 
     def run(*argv: str) -> dict:
         assert main(["generate", *argv, "--max-new-tokens", "40", "--json", "--threads", "1"]) == 0
         return json.loads(capsys.readouterr().out)
 
+    fast = str(default_bundle_dir(None, 1024, f"dmtd-{fast_label()}"))
     for text in ["What is the capital of France?", "Write a haiku about the sea.", "Explain recursion briefly."]:
         spec = run(text, "--drafter", "dmtd-spec")
-        assert spec["token_ids"] == run(text, "--bundle", str(smollm2_float_bundle), "--drafter", "none")["token_ids"]
+        assert spec["token_ids"] == run(text, "--bundle", fast, "--drafter", "none")["token_ids"]
         assert spec["lossless"] is True and spec["drafter_settings"]["drafter"] == "dmtd-spec"
+    text = "Explain recursion briefly."
+    spec = run(text, "--drafter", "dmtd-spec", "--precision", "float32")
+    assert spec["token_ids"] == run(text, "--bundle", str(smollm2_float_bundle), "--drafter", "none")["token_ids"]
     lossy = run("Write a haiku about the sea.", "--drafter", "dmtd:tau=2")
     assert lossy["lossless"] is False and len(lossy["token_ids"]) > 0
