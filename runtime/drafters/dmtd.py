@@ -103,10 +103,11 @@ class CopyDrafter(Drafter):
 
 @dataclass(frozen=True)
 class DmtdSpecOptions:
-    # 1: on the fast DMTD bundle (the default's), on 13 tuning questions (none of the 52 report ones) draft_len 1 / 2 / 3
-    # ran at 0.90x / 0.69x / 0.62x plain decoding of that bundle (τ 1.36 / 1.48 / 1.51): a second draft costs a
-    # sequential copy call and a width-4 verifying call for +0.1 τ (benchmarks/results/dmtd/session25/tune-fast-13q).
-    # On the float32 bundle 1 and 2 ran alike (0.81x / 0.79x, session24/tune-13q)
+    # 1: on the fast DMTD bundle (the default's), on 13 tuning questions (none of the 52 report ones)
+    # draft_len 1 / 2 / 3 ran at 0.90x / 0.69x / 0.62x plain decoding of that bundle (τ 1.36 / 1.48 / 1.51): a
+    # second draft costs a sequential copy call and a width-4 verifying call for +0.1 τ
+    # (benchmarks/results/dmtd/session25/tune-fast-13q). On the float32 bundle 1 and 2 ran alike (0.81x / 0.79x,
+    # session24/tune-13q)
     draft_len: int = option(1, "tokens the copy drafts per step (0 = plain decoding)")
 
     def __post_init__(self) -> None:
