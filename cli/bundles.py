@@ -128,9 +128,10 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
 
 def dmtd_export_config(context: int, fast: bool, copy_widths: tuple[int, ...] | None = None):
     """How a DMTD bundle is exported: float32, or on the fast recipe (the base graphs as the fast bundle's, the
-    copy's on round-to-nearest blocks: export/dmtd_bundle.py), where dmtd-spec ran 4x faster in tokens per second
-    (benchmarks/results/dmtd/README.md). copy_widths: the copy's graphs besides the prefill width (None: 1 and 4, and
-    on the fast recipe also 2, the width of a draft_len-1 step's heads)."""
+    copy's on round-to-nearest blocks: export/dmtd_bundle.py), where dmtd-spec ran 4.6x the tokens per second of
+    the float32 bundle on 13 tuning questions (benchmarks/results/dmtd/README.md, twenty-fifth session).
+    copy_widths: the copy's graphs besides the prefill width (None: 1 and 4, and on the fast recipe also 2, the
+    width of a draft_len-1 step's heads)."""
     from mtpedge.export.dmtd_bundle import DmtdExportConfig
 
     if not fast:

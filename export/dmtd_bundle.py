@@ -57,7 +57,9 @@ SHORTLIST_FILE = f"{COPY_FOLDER}/shortlist.npy"
 # the DMTD model shipped for the embedded default model (README "DMTD"), what `--drafter dmtd-spec` / `dmtd`
 # export into the default model's -dmtd cache bundle on first use
 DEFAULT_DMTD = Path(__file__).parent / "data" / "smollm2-135m-instruct-dmtd.pt"
-# the copy's weights and output layer in a quantized DMTD bundle (round-to-nearest blocks: QuantConfig.weights)
+# the copy's weights and output layer in a quantized DMTD bundle (round-to-nearest blocks: QuantConfig.weights).
+# An int4 head ran as fast within noise and cost 0.02 dmtd-spec τ on 13 tuning questions; the int8 one is also the
+# lossy dmtd's (benchmarks/results/dmtd/README.md, twenty-fifth session)
 COPY_PRECISION = ("int4", "int8")
 
 
