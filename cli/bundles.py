@@ -163,6 +163,8 @@ def _why_reexport(folder: Path, model: str | None, mtp: bool, dmtd: bool, fast: 
         return "predates the multi-token adapter shipped for the default model"
     if dmtd and _predates_shipped_dmtd(folder):
         return "predates the DMTD model shipped for the default model"
+    if dmtd and fast and _copy_recipe_differs(folder):
+        return "holds the DMTD copy's graphs at another precision than this mtpedge exports"
     if model is None and not mtp and not dmtd and _lacks_shipped_masks(folder):
         return "predates the learned masks shipped for the default model"
     if fast and _recipe_differs(folder):
@@ -202,6 +204,18 @@ def _recipe_differs(folder: Path) -> bool:
     if recipe.kernels == "mtpedge" and quantization.get("kernels_recipe") != RECIPE_VERSION:
         return True  # made on an older recipe of mtpedge's kernels (runtime.kernels.RECIPE_VERSION)
     return quantization.get("config") != json.loads(json.dumps(asdict(recipe)))
+
+
+def _copy_recipe_differs(folder: Path) -> bool:
+    """A cached fast DMTD bundle whose copy graphs are not at export.dmtd_bundle.copy_quantization's label (a
+    runtime-only install cannot re-export: it keeps the bundle)."""
+    try:
+        from mtpedge.export.dmtd_bundle import copy_quantization
+        from mtpedge.export.quantize_bundle import fast_recipe
+    except ImportError:
+        return False
+    entries = (read_manifest(folder).extras.get("dmtd") or {}).get("draft_graphs") or [{}]
+    return entries[0].get("precision") != copy_quantization(fast_recipe()).label
 
 
 def _predates_shipped_dmtd(folder: Path) -> bool:

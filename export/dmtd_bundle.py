@@ -140,6 +140,13 @@ def _shortlist(state: dict, vocab_size: int, size: int) -> np.ndarray:
     return np.sort(frequent[:size])
 
 
+def copy_quantization(quant: QuantConfig) -> QuantConfig:
+    """The copy's graphs' recipe in a bundle whose base graphs take `quant`: its kernels and operators, on
+    COPY_PRECISION blocks (their label is in the manifest's copy graph entries)."""
+    weights, output_layer = COPY_PRECISION
+    return dataclasses.replace(quant, weights=weights, output_layer=output_layer, quality_report=False)
+
+
 def _write_copy_graphs(model, loaded: LoadedModel, shortlist: np.ndarray, config: DmtdExportConfig, folder: Path,
                        say: Callable[[str], None]) -> dict[str, list[dict]]:
     """The copy's graph sets (think, decode, draft) at every copy width, in folder/dmtd; their manifest entries.
@@ -174,8 +181,7 @@ def _quantize_copy(entries: dict[str, list[GraphEntry]], quant: QuantConfig, wor
                    say: Callable[[str], None]) -> dict[str, list[GraphEntry]]:
     """The float32 copy graphs in `work` on round-to-nearest blocks (COPY_PRECISION) with the recipe's kernels and
     operators, into `out`."""
-    weights, output_layer = COPY_PRECISION
-    copy_config = dataclasses.replace(quant, weights=weights, output_layer=output_layer, quality_report=False)
+    copy_config = copy_quantization(quant)
     source = WeightSource(copy_config, None)
     shared = SharedWeights(out / "weights.data")
     quantized: dict[str, list[GraphEntry]] = {}

@@ -151,7 +151,7 @@ def test_a_quantized_dmtd_bundle_runs_the_copy_on_4_bit_blocks_and_dmtd_spec_sta
 
     import onnx
 
-    from mtpedge.export.dmtd_bundle import COPY_PRECISION, DmtdExportConfig, export_dmtd_bundle
+    from mtpedge.export.dmtd_bundle import COPY_PRECISION, DmtdExportConfig, copy_quantization, export_dmtd_bundle
     from mtpedge.export.quantize_bundle import QuantConfig
     from mtpedge.runtime.kernels import KernelsUnavailable, library
 
@@ -169,7 +169,9 @@ def test_a_quantized_dmtd_bundle_runs_the_copy_on_4_bit_blocks_and_dmtd_spec_sta
     assert sorted(p.name for p in (bundle / "dmtd").iterdir() if p.name.startswith(".")) == []
     engine = Engine.load(bundle, threads=1)
     assert {g.precision for g in engine.manifest.graphs} == {quant.label}
-    copy_label = dataclasses.replace(quant, weights=COPY_PRECISION[0], output_layer=COPY_PRECISION[1]).label
+    copy_label = copy_quantization(quant).label
+    assert copy_label == dataclasses.replace(quant, weights=COPY_PRECISION[0], output_layer=COPY_PRECISION[1],
+                                             quality_report=False).label
     dmtd = engine.manifest.extras["dmtd"]
     for kind, layers in (("think", dmtd["thinking_layers"]), ("decode", dmtd["decoding_layers"]),
                          ("draft", dmtd["decoding_layers"])):
@@ -217,6 +219,28 @@ def test_the_dmtd_drafters_get_the_fast_dmtd_bundle_of_the_default_model_or_a_fl
     assert fast_config.quantization is not None and fast_config.decode_widths == bundles.FAST_DECODE_WIDTHS
     assert fast_config.context_buckets == bundles.fast_buckets(1024) and fast_config.copy_widths == (1, 2, 4)
     assert float32_config.quantization is None and float32_config.context_buckets == ()
+
+
+def test_a_cached_fast_dmtd_bundle_with_the_copy_at_another_precision_is_re_exported(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    import mtpedge.bundles as bundles
+    from mtpedge.export.dmtd_bundle import copy_quantization
+    from mtpedge.export.quantize_bundle import fast_recipe
+
+    def cached(precision: str) -> None:
+        extras = {"dmtd": {"draft_graphs": [{"precision": precision}]}}
+        monkeypatch.setattr(bundles, "read_manifest", lambda folder: SimpleNamespace(extras=extras))
+
+    monkeypatch.setattr(bundles, "_other_version", lambda folder: False)
+    monkeypatch.setattr(bundles, "_predates_shipped_dmtd", lambda folder: False)
+    monkeypatch.setattr(bundles, "_recipe_differs", lambda folder: False)
+    monkeypatch.setattr(bundles, "_other_decode_widths", lambda folder: None)
+    cached(copy_quantization(fast_recipe()).label)
+    assert bundles._why_reexport(tmp_path, None, mtp=False, dmtd=True, fast=True) is None
+    cached("float32")
+    assert "another precision" in bundles._why_reexport(tmp_path, None, mtp=False, dmtd=True, fast=True)
+    assert bundles._why_reexport(tmp_path, None, mtp=False, dmtd=True, fast=False) is None  # the float32 bundle
 
 
 @pytest.mark.slow
