@@ -113,17 +113,19 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
 
         export_dmtd_bundle(load_model(None), "default", folder, dmtd_export_config(context, fast), progress=say)
         return folder
-    quantization = None
-    if fast:
-        from mtpedge.export.quantize_bundle import fast_recipe
-
-        quantization = fast_recipe()
     export_bundle(model, folder, ExportConfig(context=context, mtp_adapter="default" if mtp else None,
-                                              quantization=quantization,
-                                              context_buckets=fast_buckets(context) if fast else (),
-                                              **({"decode_widths": FAST_DECODE_WIDTHS} if fast else {})),
+                                              **(_fast_export_fields(context) if fast else {})),
                   progress=say)
     return folder
+
+
+def _fast_export_fields(context: int) -> dict:
+    """What makes an export of `context` positions the fast bundle, as fields of ExportConfig and DmtdExportConfig
+    alike: the recipe, the context buckets and the decode widths."""
+    from mtpedge.export.quantize_bundle import fast_recipe
+
+    return {"quantization": fast_recipe(), "context_buckets": fast_buckets(context),
+            "decode_widths": FAST_DECODE_WIDTHS}
 
 
 def dmtd_export_config(context: int, fast: bool, copy_widths: tuple[int, ...] | None = None):
@@ -136,10 +138,7 @@ def dmtd_export_config(context: int, fast: bool, copy_widths: tuple[int, ...] | 
 
     if not fast:
         return DmtdExportConfig(context=context, **({"copy_widths": copy_widths} if copy_widths else {}))
-    from mtpedge.export.quantize_bundle import fast_recipe
-
-    return DmtdExportConfig(context=context, context_buckets=fast_buckets(context), decode_widths=FAST_DECODE_WIDTHS,
-                            copy_widths=copy_widths or (1, 2, 4), quantization=fast_recipe())
+    return DmtdExportConfig(context=context, copy_widths=copy_widths or (1, 2, 4), **_fast_export_fields(context))
 
 
 def _refuse_unshipped(model: str | None, mtp: bool, dmtd: bool) -> None:
