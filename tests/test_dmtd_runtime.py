@@ -66,6 +66,48 @@ def test_dmtd_spec_greedy_equals_plain_decoding(tiny_dmtd, draft_len):
             assert spec.stats.tokens_per_call == 1.0
 
 
+def test_dmtd_spec_verifies_lookup_chains_and_copy_drafts_and_equals_plain_decoding(tiny_dmtd):
+    """With lookup on (the default), a repetitive prompt gets steps of both kinds, and the output is still plain
+    decoding's: the tokens a lookup chain verified reach the copy as heads at its next call."""
+    _, _, bundle = tiny_dmtd
+    engine = Engine.load(bundle, threads=1)
+    drafter = make_drafter("dmtd-spec", engine)
+    prompt = [5, 6, 7, 8, 9] * 6 + [30, 31, 32, 5, 6, 7]
+    plain = generate(engine, prompt, max_new_tokens=60, stop_token_ids=set()).token_ids
+    spec = generate(engine, prompt, max_new_tokens=60, stop_token_ids=set(), drafter=drafter)
+    assert spec.token_ids == plain and spec.stats.lossless
+    assert drafter.choice.steps["lookup"] > 0 and drafter.choice.steps["copy"] > 0
+    off = make_drafter("dmtd-spec:lookup=false", engine)
+    assert off.choice is None and off.settings["lookup"] is False
+    assert generate(engine, prompt, max_new_tokens=60, stop_token_ids=set(), drafter=off).token_ids == plain
+
+
+def test_dmtd_spec_takes_the_lookup_chain_only_where_it_promises_more_tokens_per_second(tiny_dmtd):
+    from mtpedge.runtime.cost_table import CostTable
+
+    _, _, bundle = tiny_dmtd
+    engine = Engine.load(bundle, threads=1)
+    engine.cost_table = CostTable.flat(engine.manifest).with_seconds({1: 1.0, 8: 1.0})
+    choice = make_drafter("dmtd-spec", engine).choice
+    context = [5, 6, 7, 8, 9, 10, 11, 5, 6, 7]  # ends with the root, 7; "5 6 7" was followed by "8 9 10 ..."
+    assert choice.lookup_chain(context, 7, room=7) is None  # the copy's cost is not measured yet
+    # the step's tokens followed the untaken chain ("8 9", then the next root 5): its rates learn two hits, a miss
+    rates = choice.source.rates
+    choice.lookup_chain([*context, 8, 9, 5], 5, room=7)
+    assert rates.hits[1:4].tolist() == [1, 1, 0] and rates.tries[1:4].tolist() == [1, 1, 1]
+    choice.call_seconds, choice.copy_seconds = 1.0, 1.0  # a copy step costs two calls
+    assert choice.lookup_chain(context, 7, room=7).tolist()[:3] == [7, 8, 9]
+    assert choice.lookup_chain([1, 2, 3, 4, 9], 9, room=7) is None  # no match: the copy drafts
+    # a free copy that is always right beats a lone 1-gram match's chain (prior first-draft rate 0.23)
+    choice = make_drafter("dmtd-spec", engine).choice
+    choice.call_seconds, choice.copy_seconds = 1.0, 0.0
+    for _ in range(200):
+        choice.copy_rate.record(np.array([1]), np.array([True]), np.array([True]))
+    assert choice.lookup_chain([5, 20, 21, 22, 23, 5], 5, room=7) is None
+    choice.copy_seconds = 3.0  # a copy that costs three calls does not
+    assert choice.lookup_chain([5, 20, 21, 22, 23, 5], 5, room=7).tolist()[:2] == [5, 20]
+
+
 @pytest.mark.parametrize("tau", [1, 2, 3, 4])
 def test_dmtd_cyclic_refilling_is_the_trained_gated_pass(tiny_dmtd, tau):
     """Inference with refilling computes exactly what training's two streams describe: each generated token is

@@ -29,21 +29,30 @@ Graph time of the copy's calls counts as host time in the stats (the loop times 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..acceptance import DepthRates
 from ..bundle import BundleError, GraphEntry, bundle_file
 from ..contract import LAYER_HIDDEN
+from ..cost_table import CostTable
 from ..tree import DraftTree
+from ..tree_build import select_tree_scored
+from ..tree_sizing import CallCosts, size_tree
 from .base import Drafter, option
+from .lookup import NgramSource
 
 if TYPE_CHECKING:
     from ..engine import Engine
     from ..graphs import GraphOutput
 
+# the copy's first-draft acceptance before a run's evidence (worth 4 drafts): 28.5% over 1,374 steps of 14 tuning
+# questions on the fast DMTD bundle (benchmarks/results/dmtd/README.md, twenty-fifth and twenty-sixth sessions)
+COPY_ACCEPTANCE_PRIOR = (0.3,)
 HOW_TO_MAKE = ("the default model's comes with `--drafter dmtd-spec` / `dmtd` and no --bundle; for another model "
                "`mtpedge train-dmtd ... --export-bundle DIR`")
 
@@ -109,6 +118,8 @@ class DmtdSpecOptions:
     # (benchmarks/results/dmtd/session25/tune-fast-13q). On the float32 bundle 1 and 2 ran alike (0.81x / 0.79x,
     # session24/tune-13q)
     draft_len: int = option(1, "tokens the copy drafts per step (0 = plain decoding)")
+    lookup: bool = option(True, "a step whose prompt-lookup chain promises more tokens per second than the copy's "
+                                "draft verifies that chain instead, and skips the copy's calls")
 
     def __post_init__(self) -> None:
         if self.draft_len < 0:
@@ -121,48 +132,153 @@ class DmtdSpecDrafter(CopyDrafter):
     name = "dmtd-spec"
     Options = DmtdSpecOptions
     decoding = "draft"
+    sized = True  # the lookup choice reads the engine's cost table
 
     def __init__(self, engine: Engine, options: DmtdSpecOptions) -> None:
         super().__init__(engine)
         self.draft_len = options.draft_len
         # a step's draft call holds the last verified path (at most draft_len + 1 heads) and the root
         widest = min(engine.graphs.max_decode_width - 1, self.decode.graphs.max_width - 2)
+        self.copy_width = self.decode.graphs.max_decode_width  # rows per copy call outside the prefill
         if self.draft_len > widest:
             raise ValueError(f"draft_len must be in [0, {widest}] for this bundle's graph widths, got {self.draft_len}")
         self.shortlist = np.load(bundle_file(engine.folder, self.info["shortlist_file"]))
         self.settings = {"drafter": self.name, "draft_len": self.draft_len, "decoding_layers": self.decoding_layers,
                          "thinking_layers": int(self.info["thinking_layers"]), "shortlist": int(self.shortlist.size),
-                         "lossy": False}
+                         "lookup": options.lookup and self.draft_len > 0, "lossy": False}
+        self.choice = LookupOrCopy(engine, self.draft_len) if self.settings["lookup"] else None
         self._heads = np.zeros((0, engine.config.hidden_size), dtype=np.float32)  # verified, not yet in the copy
 
     def start(self, engine: Engine, prompt_ids: Sequence[int]) -> None:
         super().start(engine, prompt_ids)
         self._heads = self._heads[:0]
+        if self.choice is not None:
+            self.choice.reset()
 
     def observe_prefill(self, out: GraphOutput) -> None:
         if self.draft_len:
             self.refill(out.layer_hidden)
 
     def propose(self, context_ids: Sequence[int], root: int, lead: int = 0) -> tuple[DraftTree, None]:
-        drafts = min(self.draft_len, self.engine.cache.free - 1)  # every draft's position must fit the context
+        room = self.engine.cache.free - 1  # every draft's position must fit the context
+        if self.choice is not None and room > 0:
+            chain = self.choice.lookup_chain(context_ids, root, min(room, self.engine.graphs.max_decode_width - 1))
+            if chain is not None:
+                return DraftTree(chain, np.arange(-1, len(chain) - 1)), None
         tokens = [root]
+        drafts = min(self.draft_len, room)
         if drafts > 0:
-            embed = self.engine.embed
-            heads = self._heads if self.think is None or not len(self._heads) else \
-                self.run(self.think, self._heads).layer_hidden
-            # one call: the verified tokens as heads (kept) + the root from its embedding alone (dropped below)
-            logits = self.run(self.decode, np.concatenate([heads, embed(np.array([root]))])).logits
-            tokens.append(int(self.shortlist[np.argmax(logits[-1])]))
-            for _ in range(drafts - 1):
-                logits = self.run(self.decode, embed(np.array(tokens[-1:]))).logits
-                tokens.append(int(self.shortlist[np.argmax(logits[0])]))
-            self.decode.cache.truncate(self.engine.cache.n_past)  # keep the heads, up to the root's position
-            self._heads = self._heads[:0]
+            started = time.perf_counter()
+            tokens += self._draft(root, drafts)
+            if self.choice is not None:
+                self.choice.copy_ran(time.perf_counter() - started)
         return DraftTree(np.asarray(tokens), np.arange(-1, len(tokens) - 1)), None
 
+    def _draft(self, root: int, drafts: int) -> list[int]:
+        """The copy's chain after the root: the verified tokens enter as heads, then the root from its embedding."""
+        embed = self.engine.embed
+        heads = self._heads
+        while len(heads) + 1 > self.copy_width:  # heads piled up over lookup steps: into the copy in chunks
+            self.refill(heads[:self.copy_width])
+            heads = heads[self.copy_width:]
+        if self.think is not None and len(heads):
+            heads = self.run(self.think, heads).layer_hidden
+        # one call: the verified tokens as heads (kept) + the root from its embedding alone (dropped below)
+        logits = self.run(self.decode, np.concatenate([heads, embed(np.array([root]))])).logits
+        tokens = [int(self.shortlist[np.argmax(logits[-1])])]
+        for _ in range(drafts - 1):
+            logits = self.run(self.decode, embed(np.array(tokens[-1:]))).logits
+            tokens.append(int(self.shortlist[np.argmax(logits[0])]))
+        self.decode.cache.truncate(self.engine.cache.n_past)  # keep the heads, up to the root's position
+        self._heads = self._heads[:0]
+        return tokens
+
     def observe(self, tree: DraftTree, out: GraphOutput, path: list[int]) -> None:
-        if self.draft_len:  # the verified tokens become heads in the next propose
+        if self.draft_len:  # the verified tokens become heads in the next copy call
             self._heads = np.concatenate([self._heads, out.layer_hidden[path]])
+        if self.choice is not None:
+            self.choice.observe(tree, out, path)
+
+
+class LookupOrCopy:
+    """Per step, the prompt-lookup chain or the copy's draft, whichever promises more tokens per second.
+
+    Expected tokens: 1 + the chain's estimated acceptance probabilities (lookup.NgramSource's rates per match class,
+    the chain cut by tree_sizing.size_tree to what pays for its call), against 1 + the copy's running acceptance
+    rate. Seconds: the cost table's call of the chain's width (corrected by the run's calls), against its width-
+    (draft_len + 1) call plus the copy's calls, measured in this run and scaled to the table's units by the base
+    calls beside them. A lookup step skips the copy's calls; the tokens it verifies enter the copy as heads at the
+    next copy step.
+
+    The lookup rates also learn from the chains not taken: once the step after a copy step shows the tokens that
+    followed, the chain the copy was preferred to is scored against them. Without that a match class whose prior
+    loses to the copy would never be tried, and never learn that on this text it is right (on a summarization
+    tuning question τ fell from lookup's own 1.55 to the copy's 1.23)."""
+
+    def __init__(self, engine: Engine, draft_len: int) -> None:
+        # without a measured table every width costs the same (the NPU assumption, as other drafters' trees fill
+        # their width without one)
+        table = engine.cost_table or CostTable.flat(engine.manifest)
+        self.source = NgramSource(3, 1, engine.graphs.max_decode_width - 1, 1)
+        self.costs = CallCosts(table)
+        self.copy_width = draft_len + 1
+        self.widths = sorted(table.seconds)
+        self.steps = {"lookup": 0, "copy": 0}  # steps of each kind this generation
+        self.reset()
+
+    def reset(self) -> None:
+        self.source.reset()
+        self.copy_rate = DepthRates(1, COPY_ACCEPTANCE_PRIOR, prior_weight=4.0)
+        self.copy_seconds = self.call_seconds = 0.0  # running sums over copy steps: the copy's, the base call's
+        self.looked_up = False  # the current step verifies a lookup chain
+        self.steps = dict.fromkeys(self.steps, 0)
+        self._untaken: tuple[np.ndarray, int] | None = None  # a chain the copy was preferred to; its context length
+
+    def lookup_chain(self, context_ids: Sequence[int], root: int, room: int) -> np.ndarray | None:
+        """The root and the lookup chain to verify this step, or None: the copy drafts."""
+        self.looked_up = False
+        self._score_untaken(context_ids)
+        pool = self.source.pool(context_ids, root)
+        if pool[0].shape[0] == 1:  # no match
+            return None
+        tokens, _, _, scores = select_tree_scored(*pool, room + 1)
+        table = self.costs.current
+        chain = size_tree(scores[1:], table)
+        if self.call_seconds:  # else the copy's cost is not measured yet: it drafts
+            copy_seconds = table.cost(self.copy_width) * (1 + self.copy_seconds / self.call_seconds)
+            if chain.candidates and chain.tokens_per_s > (1 + self.copy_rate.rates()[1]) / copy_seconds:
+                self.looked_up = True
+                return tokens[: chain.candidates + 1]
+        self._untaken = tokens, len(context_ids)
+        return None
+
+    def _score_untaken(self, context_ids: Sequence[int]) -> None:
+        """Record the untaken chain's acceptance against the tokens that followed its root (as deep as they go)."""
+        if self._untaken is None:
+            return
+        chain, at = self._untaken
+        self._untaken = None
+        followed = np.asarray(context_ids[at:], dtype=np.int64)
+        depth = min(len(chain) - 1, followed.size)
+        matched = int(np.cumprod(chain[1: depth + 1] == followed[:depth]).sum())
+        self.source.record(DraftTree(chain[: depth + 1], np.arange(-1, depth)), np.ones(depth + 1, dtype=bool),
+                           list(range(matched + 1)))
+        self.source.streak = False  # the step itself verified the copy's draft
+
+    def copy_ran(self, seconds: float) -> None:
+        self.copy_seconds += seconds
+
+    def observe(self, tree: DraftTree, out: GraphOutput, path: list[int]) -> None:
+        width = next(w for w in self.widths if w >= len(tree))
+        self.costs.observe(width, out.seconds)
+        if self.looked_up:
+            self.steps["lookup"] += 1
+            self.source.record(tree, np.ones(len(tree), dtype=bool), path)
+        elif len(tree) > 1:
+            self.steps["copy"] += 1
+            self.call_seconds += out.seconds
+            self.copy_rate.record(np.array([1]), np.array([True]), np.array([len(path) > 1]))
+            self.source.streak = False
 
 
 @dataclass(frozen=True)
