@@ -204,11 +204,11 @@ class LookupOrCopy:
     """Per step, the prompt-lookup chain or the copy's draft, whichever promises more tokens per second.
 
     Expected tokens: 1 + the chain's estimated acceptance probabilities (lookup.NgramSource's rates per match class,
-    the chain cut by tree_sizing.size_tree to what pays for its call), against 1 + the copy's running acceptance
-    rate. Seconds: the cost table's call of the chain's width (corrected by the run's calls), against its width-
-    (draft_len + 1) call plus the copy's calls, measured in this run and scaled to the table's units by the base
-    calls beside them. A lookup step skips the copy's calls; the tokens it verifies enter the copy as heads at the
-    next copy step.
+    the chain cut by tree_sizing.size_tree to what pays for its call), against 1 + the copy chain's, from its running
+    acceptance rates per depth. Seconds: the cost table's call of the chain's width (corrected by the run's calls),
+    against its width-(draft_len + 1) call plus the copy's calls, measured in this run and scaled to the table's
+    units by the base calls beside them. A lookup step skips the copy's calls; the tokens it verifies enter the
+    copy as heads at the next copy step.
 
     The lookup rates also learn from the chains not taken: once the step after a copy step shows the tokens that
     followed, the chain the copy was preferred to is scored against them. Without that a match class whose prior
@@ -221,14 +221,14 @@ class LookupOrCopy:
         table = engine.cost_table or CostTable.flat(engine.manifest)
         self.source = NgramSource(3, 1, engine.graphs.max_decode_width - 1, 1)
         self.costs = CallCosts(table)
-        self.copy_width = draft_len + 1
+        self.draft_len = draft_len
         self.widths = sorted(table.seconds)
         self.steps = {"lookup": 0, "copy": 0}  # steps of each kind this generation
         self.reset()
 
     def reset(self) -> None:
         self.source.reset()
-        self.copy_rate = DepthRates(1, COPY_ACCEPTANCE_PRIOR, prior_weight=4.0)
+        self.copy_rate = DepthRates(self.draft_len, COPY_ACCEPTANCE_PRIOR, prior_weight=4.0)
         self.copy_seconds = self.call_seconds = 0.0  # running sums over copy steps: the copy's, the base call's
         self.looked_up = False  # the current step verifies a lookup chain
         self.steps = dict.fromkeys(self.steps, 0)
@@ -245,8 +245,9 @@ class LookupOrCopy:
         table = self.costs.current
         chain = size_tree(scores[1:], table)
         if self.call_seconds:  # else the copy's cost is not measured yet: it drafts
-            copy_seconds = table.cost(self.copy_width) * (1 + self.copy_seconds / self.call_seconds)
-            if chain.candidates and chain.tokens_per_s > (1 + self.copy_rate.rates()[1]) / copy_seconds:
+            copy_seconds = table.cost(self.draft_len + 1) * (1 + self.copy_seconds / self.call_seconds)
+            copy_tokens = 1 + self.copy_rate.chain_scores(self.draft_len).sum()
+            if chain.candidates and chain.tokens_per_s > copy_tokens / copy_seconds:
                 self.looked_up = True
                 return tokens[: chain.candidates + 1]
         self._untaken = tokens, len(context_ids)
@@ -277,7 +278,8 @@ class LookupOrCopy:
         elif len(tree) > 1:
             self.steps["copy"] += 1
             self.call_seconds += out.seconds
-            self.copy_rate.record(np.array([1]), np.array([True]), np.array([len(path) > 1]))
+            depths = np.arange(1, len(tree))
+            self.copy_rate.record(depths, depths <= len(path), depths < len(path))
             self.source.streak = False
 
 
