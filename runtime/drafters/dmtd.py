@@ -116,8 +116,10 @@ class DmtdSpecOptions:
     # draft_len 1 / 2 / 3 ran at 0.90x / 0.69x / 0.62x plain decoding of that bundle (τ 1.36 / 1.48 / 1.51): a
     # second draft costs a sequential copy call and a width-4 verifying call for +0.1 τ
     # (benchmarks/results/dmtd/session25/tune-fast-13q). On the float32 bundle 1 and 2 ran alike (0.81x / 0.79x,
-    # session24/tune-13q)
+    # session24/tune-13q). With lookup on, 1 / 2 ran at 1.13x / 1.05x (τ 1.73 / 1.79; session27/tune-dl2)
     draft_len: int = option(1, "tokens the copy drafts per step (0 = plain decoding)")
+    # on: the same 13 questions ran at 1.13x plain decoding against 0.90x for the copy alone; 52 report questions
+    # 1.10x against 0.94x (benchmarks/results/dmtd/README.md, twenty-seventh session)
     lookup: bool = option(True, "a step whose prompt-lookup chain promises more tokens per second than the copy's "
                                 "draft verifies that chain instead, and skips the copy's calls")
 
