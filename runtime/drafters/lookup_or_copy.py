@@ -1,0 +1,111 @@
+"""dmtd-spec's per-step choice between a prompt-lookup chain and the DMTD copy's draft.
+
+On this CPU a copy step costs ~1.3 plain steps: between base calls the copy's weights come from memory again
+(benchmarks/results/dmtd/README.md, twenty-seventh session). A lookup chain costs no model work, so where one is
+likely right, verifying it instead is both cheaper and longer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..acceptance import DepthRates
+from ..cost_table import CostTable
+from ..tree import DraftTree
+from ..tree_build import select_tree_scored
+from ..tree_sizing import CallCosts, size_tree
+from .lookup import NgramSource
+
+if TYPE_CHECKING:
+    from ..engine import Engine
+    from ..graphs import GraphOutput
+
+# the copy's first-draft acceptance before a run's evidence (worth 4 drafts): 28.5% over 1,374 steps of 14 tuning
+# questions on the fast DMTD bundle (benchmarks/results/dmtd/README.md, twenty-fifth and twenty-sixth sessions)
+COPY_ACCEPTANCE_PRIOR = (0.3,)
+
+
+class LookupOrCopy:
+    """Per step, the prompt-lookup chain or the copy's draft, whichever promises more tokens per second.
+
+    Expected tokens: 1 + the chain's estimated acceptance probabilities (lookup.NgramSource's rates per match class,
+    the chain cut by tree_sizing.size_tree to what pays for its call), against 1 + the copy chain's, from its running
+    acceptance rates per depth. Seconds: the cost table's call of the chain's width (corrected by the run's calls),
+    against its width-(draft_len + 1) call plus the copy's calls, measured in this run and scaled to the table's
+    units by the base calls beside them. A lookup step skips the copy's calls; the tokens it verifies enter the
+    copy as heads at the next copy step.
+
+    The lookup rates also learn from the chains not taken: once the step after a copy step shows the tokens that
+    followed, the chain the copy was preferred to is scored against them. Without that a match class whose prior
+    loses to the copy would never be tried, and never learn that on this text it is right (on a summarization
+    tuning question τ fell from lookup's own 1.55 to the copy's 1.23)."""
+
+    def __init__(self, engine: Engine, draft_len: int) -> None:
+        # without a measured table every width costs the same (the NPU assumption, as other drafters' trees fill
+        # their width without one)
+        table = engine.cost_table or CostTable.flat(engine.manifest)
+        self.source = NgramSource(3, 1, engine.graphs.max_decode_width - 1, 1)
+        self.costs = CallCosts(table)
+        self.draft_len = draft_len
+        self.widths = sorted(table.seconds)
+        self.steps = {"lookup": 0, "copy": 0}  # steps of each kind this generation
+        self.reset()
+
+    def reset(self) -> None:
+        self.source.reset()
+        self.copy_rate = DepthRates(self.draft_len, COPY_ACCEPTANCE_PRIOR, prior_weight=4.0)
+        self.copy_seconds = self.call_seconds = 0.0  # running sums over copy steps: the copy's, the base call's
+        self.looked_up = False  # the current step verifies a lookup chain
+        self.steps = dict.fromkeys(self.steps, 0)
+        self._untaken: tuple[np.ndarray, int] | None = None  # a chain the copy was preferred to; its context length
+
+    def lookup_chain(self, context_ids: Sequence[int], root: int, room: int) -> np.ndarray | None:
+        """The root and the lookup chain to verify this step, or None: the copy drafts."""
+        self.looked_up = False
+        self._score_untaken(context_ids)
+        pool = self.source.pool(context_ids, root)
+        if pool[0].shape[0] == 1:  # no match
+            return None
+        tokens, _, _, scores = select_tree_scored(*pool, room + 1)
+        table = self.costs.current
+        chain = size_tree(scores[1:], table)
+        if self.call_seconds:  # else the copy's cost is not measured yet: it drafts
+            copy_seconds = table.cost(self.draft_len + 1) * (1 + self.copy_seconds / self.call_seconds)
+            copy_tokens = 1 + self.copy_rate.chain_scores(self.draft_len).sum()
+            if chain.candidates and chain.tokens_per_s > copy_tokens / copy_seconds:
+                self.looked_up = True
+                return tokens[: chain.candidates + 1]
+        self._untaken = tokens, len(context_ids)
+        return None
+
+    def _score_untaken(self, context_ids: Sequence[int]) -> None:
+        """Record the untaken chain's acceptance against the tokens that followed its root (as deep as they go)."""
+        if self._untaken is None:
+            return
+        chain, at = self._untaken
+        self._untaken = None
+        followed = np.asarray(context_ids[at:], dtype=np.int64)
+        depth = min(len(chain) - 1, followed.size)
+        matched = int(np.cumprod(chain[1: depth + 1] == followed[:depth]).sum())
+        self.source.record(DraftTree(chain[: depth + 1], np.arange(-1, depth)), np.ones(depth + 1, dtype=bool),
+                           list(range(matched + 1)))
+        self.source.streak = False  # the step itself verified the copy's draft
+
+    def copy_ran(self, seconds: float) -> None:
+        self.copy_seconds += seconds
+
+    def observe(self, tree: DraftTree, out: GraphOutput, path: list[int]) -> None:
+        width = next(w for w in self.widths if w >= len(tree))
+        self.costs.observe(width, out.seconds)
+        if self.looked_up:
+            self.steps["lookup"] += 1
+            self.source.record(tree, np.ones(len(tree), dtype=bool), path)
+        elif len(tree) > 1:
+            self.steps["copy"] += 1
+            self.call_seconds += out.seconds
+            depths = np.arange(1, len(tree))
+            self.copy_rate.record(depths, depths <= len(path), depths < len(path))
+            self.source.streak = False
