@@ -23,8 +23,9 @@ if TYPE_CHECKING:
     from ..engine import Engine
     from ..graphs import GraphOutput
 
-# the copy's first-draft acceptance before a run's evidence (worth 4 drafts): 28.5% over 1,374 steps of 14 tuning
-# questions on the fast DMTD bundle (benchmarks/results/dmtd/README.md, twenty-fifth and twenty-sixth sessions)
+# the copy's acceptance at every draft depth before a run's evidence (worth 4 drafts): first drafts were accepted
+# 28.5% of the time over 1,374 steps of 14 tuning questions on the fast DMTD bundle
+# (benchmarks/results/dmtd/README.md, twenty-fifth and twenty-sixth sessions)
 COPY_ACCEPTANCE_PRIOR = (0.3,)
 
 
