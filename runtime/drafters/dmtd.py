@@ -114,7 +114,8 @@ class DmtdSpecOptions:
     # session24/tune-13q). With lookup on, 1 / 2 ran at 1.13x / 1.05x (τ 1.73 / 1.79; session27/tune-dl2)
     draft_len: int = option(1, "tokens the copy drafts per step (0 = plain decoding)")
     # on: the same 13 questions ran at 1.13x plain decoding against 0.90x for the copy alone; 52 report questions
-    # 1.10x against 0.94x (benchmarks/results/dmtd/README.md, twenty-seventh session)
+    # 1.04x against 0.92x on a quiet machine, 1.10x against 0.94x under load (benchmarks/results/dmtd/README.md,
+    # twenty-seventh session)
     lookup: bool = option(True, "a step whose prompt-lookup chain promises more tokens per second than the copy's "
                                 "draft verifies that chain instead, and skips the copy's calls")
 
