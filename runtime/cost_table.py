@@ -66,10 +66,14 @@ class CostTable:
 
     def cost(self, width: int) -> float:
         """Seconds of a call of the narrowest listed width that holds `width` slots."""
-        fits = [w for w in self.seconds if w >= width]
+        return self.seconds[self.width_for(width)]
+
+    def width_for(self, slots: int) -> int:
+        """The narrowest listed width that holds `slots` slots (the graph such a call runs)."""
+        fits = [w for w in self.seconds if w >= slots]
         if not fits:
-            raise CostTableError(f"no width in the cost table holds {width} slots (widths {sorted(self.seconds)})")
-        return self.seconds[min(fits)]
+            raise CostTableError(f"no width in the cost table holds {slots} slots (widths {sorted(self.seconds)})")
+        return min(fits)
 
     def check(self, manifest: Manifest) -> str | None:
         """None if the table fits the bundle, else what is wrong (for a message and a fallback)."""

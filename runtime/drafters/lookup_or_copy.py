@@ -51,7 +51,6 @@ class LookupOrCopy:
         self.source = NgramSource(3, 1, engine.graphs.max_decode_width - 1, 1)
         self.costs = CallCosts(table)
         self.draft_len = draft_len
-        self.widths = sorted(table.seconds)
         self.steps = {"lookup": 0, "copy": 0}  # steps of each kind this generation
         self.reset()
 
@@ -99,8 +98,7 @@ class LookupOrCopy:
         self.copy_seconds += seconds
 
     def observe(self, tree: DraftTree, out: GraphOutput, path: list[int]) -> None:
-        width = next(w for w in self.widths if w >= len(tree))
-        self.costs.observe(width, out.seconds)
+        self.costs.observe(self.costs.table.width_for(len(tree)), out.seconds)
         if self.looked_up:
             self.steps["lookup"] += 1
             self.source.record(tree, np.ones(len(tree), dtype=bool), path)
