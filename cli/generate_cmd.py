@@ -178,7 +178,8 @@ def format_stats(stats: dict) -> str:
     return (f"drafter {stats['drafter']}: {stats['new_tokens']} tokens, {stats['forward_calls']} graph calls "
             f"(τ {stats['tokens_per_call']:.2f} tokens/call), {stats['tokens_per_s']:.1f} tokens/s, "
             f"prefill {stats['prompt_tokens']} tokens in {stats['prefill_s']:.2f} s, "
-            f"graph {stats['graph_s']:.2f} s + host {stats['host_s']:.2f} s, finish {stats['finish_reason']}")
+            f"graph {stats['graph_s']:.2f} s + host {stats['host_s']:.2f} s, finish {stats['finish_reason']}"
+            + "".join(f", {calls} {kind} steps" for kind, calls in (stats.get("drafter_steps") or {}).items()))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -54,6 +54,7 @@ class GenerationStats:
     lossless: bool = True  # False: a lossy drafter's tokens were emitted unverified
     sizing: dict | None = None  # a cost-aware drafter's cost model and predicted vs achieved tokens/s
     carried_blocks: int = 0  # decode calls led by drafts the call before accepted on untrusted rows
+    drafter_steps: dict | None = None  # steps of each kind, for a drafter that drafts in more than one way
 
     @property
     def forward_calls(self) -> int:
@@ -108,6 +109,7 @@ class GenerationStats:
             "lossless": self.lossless,
             "sizing": self.sizing,
             "carried_blocks": self.carried_blocks,
+            "drafter_steps": self.drafter_steps,
         }
 
 
@@ -210,6 +212,8 @@ def generate(
     stats.elapsed_seconds = time.perf_counter() - started
     if drafter is not None and drafter.sizer is not None:
         stats.sizing = drafter.sizer.stats()
+    if drafter is not None:
+        stats.drafter_steps = drafter.step_kinds()
     stats.graph_seconds = engine.graph_seconds - graph0
     return GenerationResult(output.new, stats)
 

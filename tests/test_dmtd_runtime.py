@@ -76,10 +76,12 @@ def test_dmtd_spec_verifies_lookup_chains_and_copy_drafts_and_equals_plain_decod
     plain = generate(engine, prompt, max_new_tokens=60, stop_token_ids=set()).token_ids
     spec = generate(engine, prompt, max_new_tokens=60, stop_token_ids=set(), drafter=drafter)
     assert spec.token_ids == plain and spec.stats.lossless
-    assert drafter.choice.steps["lookup"] > 0 and drafter.choice.steps["copy"] > 0
+    steps = spec.stats.to_dict()["drafter_steps"]  # the step mix is in the run's stats
+    assert steps["lookup"] > 0 and steps["copy"] > 0 and sum(steps.values()) <= spec.stats.decode_calls
     off = make_drafter("dmtd-spec:lookup=false", engine)
     assert off.choice is None and off.settings["lookup"] is False
-    assert generate(engine, prompt, max_new_tokens=60, stop_token_ids=set(), drafter=off).token_ids == plain
+    alone = generate(engine, prompt, max_new_tokens=60, stop_token_ids=set(), drafter=off)
+    assert alone.token_ids == plain and alone.stats.drafter_steps is None
 
 
 def test_dmtd_spec_takes_the_lookup_chain_only_where_it_promises_more_tokens_per_second(tiny_dmtd):

@@ -78,6 +78,11 @@ class Drafter(Protocol):
     def observe(self, tree: DraftTree, out: GraphOutput, path: list[int]) -> None:
         """The call's outputs, and the accepted path (node indices, root first)."""
 
+    def step_kinds(self) -> dict[str, int] | None:
+        """A drafter that drafts in more than one way: how many of this generation's steps took each (the stats'
+        `drafter_steps`); None for the rest."""
+        return None
+
 
 @dataclass(frozen=True)
 class DrafterSpec:

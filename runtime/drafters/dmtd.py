@@ -198,6 +198,9 @@ class DmtdSpecDrafter(CopyDrafter):
         if self.choice is not None:
             self.choice.observe(tree, out, path)
 
+    def step_kinds(self) -> dict[str, int] | None:
+        return dict(self.choice.steps) if self.choice is not None else None
+
 
 @dataclass(frozen=True)
 class DmtdOptions:
