@@ -16,6 +16,8 @@ COMMANDS = {
     "distill": ("mtpedge.distill_cmd",
                 "self-distilled training data (the model's own answers to the project's prompts)"),
     "train-mtp": ("mtpedge.train_mtp_cmd", "train the multi-token adapter (learned masks, gated LoRA, sampler head)"),
+    "train-ngrams": ("mtpedge.train_ngrams_cmd", "count a static n-gram table of the model's own answers (for "
+                                                 "`lookup`)"),
     "generate": ("mtpedge.generate_cmd", "generate a completion for one prompt"),
     "drafters": ("mtpedge.drafters_cmd", "list the drafters and their options (the SPEC of --drafter and --methods)"),
     "chat": ("mtpedge.chat_cmd", "interactive chat with streaming output"),

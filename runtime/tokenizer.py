@@ -74,6 +74,10 @@ class TextTokenizer:
                 raise BundleError(f"the chat template in {folder / 'manifest.json'} does not parse ({err}): "
                                   "re-run `mtpedge export`") from err
 
+    def vocab(self) -> dict[str, int]:
+        """Token -> id, special tokens included."""
+        return self.tokenizer.get_vocab(with_added_tokens=True)
+
     @property
     def has_chat_template(self) -> bool:
         return self._template is not None

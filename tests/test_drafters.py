@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from mtpedge.runtime.drafters import drafter_names, make_drafter
+from mtpedge.runtime.drafters.base import Drafter
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import generate
 from mtpedge.runtime.sampling import SamplingConfig
@@ -254,7 +255,7 @@ def test_drafting_up_to_the_last_context_position_equals_plain_decoding(engines,
         assert engine.cache.n_past == context
 
 
-class SiblingOracle:
+class SiblingOracle(Drafter):
     """Drafts the true continuation (from a plain run) only as a SIBLING of a wrong leading chain, so that every
     match lands on rows the verifier does not trust: what the loop's carried drafts are for."""
 

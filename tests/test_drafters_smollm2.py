@@ -36,7 +36,8 @@ def test_drafters_are_lossless_on_smollm2(bundle, request):
     drafters = {
         "esp-mean": make_drafter("esp", engine, mask_init="mean"),
         "esp-soft-dynamic": make_drafter("esp", engine, mask_init="soft", tree="dynamic"),
-        "lookup": make_drafter("lookup", engine),
+        "lookup": make_drafter("lookup", engine),  # with the shipped static n-gram table (static=auto)
+        "lookup-no-table": make_drafter("lookup:static=none", engine),
         "hybrid": make_drafter("hybrid", engine),
     }
     accepted = {name: 0 for name in drafters}
@@ -50,4 +51,6 @@ def test_drafters_are_lossless_on_smollm2(bundle, request):
             accepted[name] += accepted_drafts(out.stats.accepted_histogram)
             calls[name] += out.stats.decode_calls
     tau = {name: 1 + accepted[name] / calls[name] for name in drafters}
-    assert tau["lookup"] > 1.2 and tau["hybrid"] > tau["lookup"] and tau["esp-mean"] > 1.05, tau
+    assert drafters["lookup"].settings["static"] == "auto", "the default model's table is shipped"
+    assert tau["lookup-no-table"] > 1.2 and tau["hybrid"] > tau["lookup-no-table"] and tau["esp-mean"] > 1.05, tau
+    assert tau["lookup"] > tau["lookup-no-table"], tau

@@ -10,6 +10,11 @@ lookup draft. A 3-gram match inside a copied passage is accepted far more often 
 rate for both made the cost-aware sizer draft the first too little and the second too much. Each class starts
 from those measured rates (MATCH_CLASS_PRIORS) rather than 0.5: τ +0.04-0.07 on the tuning questions
 (section 25).
+
+With a static n-gram table (static_ngrams.py: the model's own answers to other prompts, shipped for the default
+model), a step whose context matches only a lone token, or nothing, drafts the table's chain instead: on 39
+tuning answers its first drafts were accepted 44-68% of the time where a lone 1-gram match's were 24%
+(benchmarks/results/fast/README.md, twenty-eighth session). Its classes are the table's matched n-gram length.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import numpy as np
 
 from ..acceptance import DepthRates
 from ..ngram import ngram_match
+from ..static_ngrams import StaticNgrams, StaticNgramsError, shipped_table, vocab_fingerprint
 from ..tree import DraftTree, node_depths
 from ..tree_build import chain_pool, select_tree, select_tree_scored
 from .base import Drafter, option, sizer_for, width_for
@@ -39,19 +45,28 @@ MATCH_CLASS_PRIORS: dict[tuple[int, bool], tuple[float, ...]] = {
     (1, False): (0.23, 0.52, 0.6), (1, True): (0.29, 0.59, 0.75),
     (2, False): (0.40, 0.56, 0.8), (2, True): (0.60, 0.73, 0.8),
     (3, False): (0.55, 0.33, 0.5), (3, True): (0.76, 0.88, 0.93),
+    # the shipped table's chains on 39 tuning answers (none of the 52 report questions; twenty-eighth session)
+    ("static2", False): (0.44, 0.5, 0.4), ("static2", True): (0.49, 0.6, 0.4),
+    ("static3", False): (0.45, 0.45, 0.6), ("static3", True): (0.5, 0.45, 0.6),
+    ("static4", False): (0.62, 0.54, 0.59), ("static4", True): (0.68, 0.61, 0.7),
 }
 PRIOR_WEIGHT = 4.0
+# a context match this long beats the static table (first drafts accepted 66% on the tuning answers); shorter
+# ones lose to it
+STATIC_BELOW = 2
 
 
 class NgramSource:
     """Lookup candidates as a scored pool, and the per-depth acceptance rates that score them (per match class:
     the matched n-gram length, and whether the previous step accepted a lookup draft)."""
 
-    def __init__(self, max_ngram: int, min_ngram: int, length: int, branches: int) -> None:
+    def __init__(self, max_ngram: int, min_ngram: int, length: int, branches: int,
+                 static: StaticNgrams | None = None) -> None:
         if length < 1 or branches < 1:
             raise ValueError(f"lookup length and branches must be >= 1, got {length}, {branches}")
         self.max_ngram, self.min_ngram, self.length, self.branches = max_ngram, min_ngram, length, branches
-        self.classes: dict[tuple[int, bool], DepthRates] = {}
+        self.static = static
+        self.classes: dict[tuple[int | str, bool], DepthRates] = {}
         self.rates = DepthRates(length)  # the rates of the current step's match class
         self.streak = False  # the previous step accepted a lookup draft
 
@@ -61,20 +76,24 @@ class NgramSource:
         self.rates = DepthRates(self.length)
         self.streak = False
 
-    def match_class(self, n: int) -> tuple[int, bool]:
-        """The class whose rates score this step's candidates: the n-gram length matched (0: none), and whether
-        the previous step accepted a lookup draft."""
-        return n, self.streak
+    def match_class(self, n: int, static: bool = False) -> tuple[int | str, bool]:
+        """The class whose rates score this step's candidates: the n-gram length matched (0: none; "staticN": the
+        static table's N-gram), and whether the previous step accepted a lookup draft."""
+        return f"static{n}" if static else n, self.streak
 
-    def new_rates(self, match_class: tuple[int, bool]) -> DepthRates:
-        """A class's rates before any evidence: its measured prior (n-grams past 3 count as 3)."""
+    def new_rates(self, match_class: tuple[int | str, bool]) -> DepthRates:
+        """A class's rates before any evidence: its measured prior (context n-grams past 3 count as 3)."""
         n, streak = match_class
-        prior = MATCH_CLASS_PRIORS.get((min(n, 3), streak))
+        prior = MATCH_CLASS_PRIORS.get((min(n, 3), streak) if isinstance(n, int) else match_class)
         return DepthRates(self.length) if prior is None else DepthRates(self.length, prior, PRIOR_WEIGHT)
 
     def pool(self, context_ids: Sequence[int], root: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         n, found = ngram_match(context_ids, self.max_ngram, self.min_ngram, self.length, self.branches)
         match_class = self.match_class(n)
+        if self.static is not None and n < STATIC_BELOW:
+            static_n, chain = self.static.chain(context_ids, self.length)
+            if static_n:
+                match_class, found = self.match_class(static_n, static=True), [chain]
         if match_class not in self.classes:
             self.classes[match_class] = self.new_rates(match_class)
         self.rates = self.classes[match_class]
@@ -102,6 +121,9 @@ class LookupOptions:
     max_ngram: int = option(3, "longest n-gram matched")
     min_ngram: int = option(1, "shortest n-gram matched")
     branches: int = option(1, "distinct continuations in one tree")
+    static: str = option("auto", "static n-gram table for steps without a context match of 2+ tokens: auto (the "
+                                 "one shipped for this model's tokenizer, if any), none, or a file of "
+                                 "`mtpedge train-ngrams`")
 
     def __post_init__(self) -> None:
         if self.width < 1 or self.branches < 1 or not 1 <= self.min_ngram <= self.max_ngram:
@@ -120,9 +142,12 @@ class LookupDrafter(Drafter):
         self.budget = width_for(engine, options.width)
         self.max_width = engine.graphs.max_decode_width
         self.sizer = sizer_for(engine)
-        self.source = NgramSource(options.max_ngram, options.min_ngram, max(1, self.budget - 1), options.branches)
+        table = static_table(options.static, engine)
+        self.source = NgramSource(options.max_ngram, options.min_ngram, max(1, self.budget - 1), options.branches,
+                                  table)
         self.settings = {"drafter": self.name, "width": self.budget, "max_ngram": options.max_ngram,
-                         "min_ngram": options.min_ngram, "branches": options.branches}
+                         "min_ngram": options.min_ngram, "branches": options.branches,
+                         "static": "none" if table is None else options.static}
 
     def start(self, engine: Engine, prompt_ids: Sequence[int]) -> None:
         self.source.reset()
@@ -140,3 +165,18 @@ class LookupDrafter(Drafter):
         self.source.record(tree, np.ones(len(tree), dtype=bool), path)
         if self.sizer is not None:
             self.sizer.observe(len(path) - 1, out.seconds)
+
+
+def static_table(option: str, engine: Engine) -> StaticNgrams | None:
+    """The static n-gram table `option` names (LookupOptions.static) for this engine's tokenizer."""
+    if option == "none":
+        return None
+    fingerprint = vocab_fingerprint(engine.tokenizer.vocab())
+    if option == "auto":
+        return shipped_table(fingerprint, engine.config.vocab_size)
+    table = StaticNgrams.load(option, engine.config.vocab_size)
+    if table.vocab != fingerprint:
+        raise StaticNgramsError(f"{option} holds another tokenizer's ids (vocabulary {table.vocab}, this bundle's "
+                                f"is {fingerprint}): build one from this model's answers with `mtpedge train-ngrams`, "
+                                "or pass static=none")
+    return table

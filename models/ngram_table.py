@@ -1,0 +1,70 @@
+"""Count a static n-gram table (runtime/static_ngrams.py) from the model's own answers (models/distill_data.py).
+
+For every n-gram of an answer (the last prompt tokens count as context for its first tokens, so that the usual
+openings are learned), the token that followed it most often is kept where it followed at least `min_count` times
+and in at least `min_share` of the n-gram's occurrences: a rarer continuation is seldom accepted, and every kept
+entry costs table size and a wider call when it is drafted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from mtpedge.runtime.static_ngrams import StaticNgrams, ngram_keys
+
+from .distill_data import DistillSample
+
+
+@dataclass(frozen=True)
+class NgramTableConfig:
+    # 2-4: on 39 tuning answers a 1-gram's most frequent successor was right 13-23% of the time, a 4-gram's
+    # 47-68% where its share was over a half (benchmarks/results/fast/README.md, twenty-eighth session)
+    orders: tuple[int, ...] = (2, 3, 4)
+    min_count: int = 2
+    min_share: float = 0.5
+
+
+def _pairs(samples: Sequence[DistillSample], n: int, context: int) -> tuple[np.ndarray, np.ndarray]:
+    """(keys, next ids) of every n-gram followed by an answer token."""
+    keys, nexts = [], []
+    for sample in samples:
+        tail = sample.prompt_ids[-context:] if context else sample.prompt_ids[:0]
+        tokens = np.concatenate([tail, sample.response_ids]).astype(np.int64)
+        first = max(len(tail), n)  # the first answer position with n tokens before it
+        if tokens.size <= first:
+            continue
+        windows = sliding_window_view(tokens[:-1], n)[first - n:]
+        keys.append(ngram_keys(windows))
+        nexts.append(tokens[first:])
+    if not keys:
+        return np.zeros(0, np.uint64), np.zeros(0, np.int64)
+    return np.concatenate(keys), np.concatenate(nexts)
+
+
+def _most_frequent(keys: np.ndarray, nexts: np.ndarray, config: NgramTableConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Per key, its most frequent next id, where it passes the count and share thresholds (keys sorted)."""
+    pairs, counts = np.unique(np.stack([keys, nexts.astype(np.uint64)], axis=1), axis=0, return_counts=True)
+    order = np.lexsort((-counts, pairs[:, 0]))  # by key, the most frequent successor first
+    pairs, counts = pairs[order], counts[order]
+    starts = np.flatnonzero(np.r_[True, pairs[1:, 0] != pairs[:-1, 0]])
+    totals = np.add.reduceat(counts, starts)
+    keep = (counts[starts] >= config.min_count) & (counts[starts] >= config.min_share * totals)
+    return pairs[starts[keep], 0], pairs[starts[keep], 1].astype(np.int32)
+
+
+def build_table(samples: Sequence[DistillSample], vocab: str, config: NgramTableConfig | None = None) -> StaticNgrams:
+    """The table of these answers; `vocab`: the fingerprint of their tokenizer (static_ngrams.vocab_fingerprint)."""
+    config = config or NgramTableConfig()
+    if not config.orders or min(config.orders) < 1 or config.min_count < 1 or not 0 < config.min_share <= 1:
+        raise ValueError(f"n-gram orders must be >= 1, min_count >= 1 and min_share in (0, 1], got {config}")
+    keys, nexts = [], []
+    for n in config.orders:
+        kept = _most_frequent(*_pairs(samples, n, max(config.orders)), config)
+        keys.append(kept[0])
+        nexts.append(kept[1])
+    all_keys, first = np.unique(np.concatenate(keys), return_index=True)  # a cross-order collision keeps one
+    return StaticNgrams(all_keys, np.concatenate(nexts)[first], tuple(sorted(config.orders, reverse=True)), vocab)
