@@ -21,8 +21,8 @@ from .distill_data import DistillSample
 
 @dataclass(frozen=True)
 class NgramTableConfig:
-    # 2-4: on 39 tuning answers a 1-gram's most frequent successor was right 13-23% of the time, a 4-gram's
-    # 47-68% where its share was over a half (benchmarks/results/fast/README.md, twenty-eighth session)
+    # in an offline simulation on 39 tuning answers, orders 2-4 at count 3 and share 0.5 gave τ 1.647; 2-6 1.656
+    # at 3x the size, 3-5 1.598, count 2 1.653 at 1.5x the size (benchmarks/results/fast/README.md section 33)
     orders: tuple[int, ...] = (2, 3, 4)
     min_count: int = 2
     min_share: float = 0.5

@@ -78,8 +78,9 @@ def test_dmtd_spec_verifies_lookup_chains_and_copy_drafts_and_equals_plain_decod
     assert spec.token_ids == plain and spec.stats.lossless
     steps = spec.stats.to_dict()["drafter_steps"]  # the step mix is in the run's stats
     assert steps["lookup"] > 0 and steps["copy"] > 0 and sum(steps.values()) <= spec.stats.decode_calls
+    assert drafter.settings["static"] == "none"  # auto: no static n-gram table ships for the tiny tokenizer
     off = make_drafter("dmtd-spec:lookup=false", engine)
-    assert off.choice is None and off.settings["lookup"] is False
+    assert off.choice is None and off.settings["lookup"] is False and off.settings["static"] == "none"
     alone = generate(engine, prompt, max_new_tokens=60, stop_token_ids=set(), drafter=off)
     assert alone.token_ids == plain and alone.stats.drafter_steps is None
 

@@ -42,6 +42,7 @@ from ..bundle import BundleError, GraphEntry, bundle_file
 from ..contract import LAYER_HIDDEN
 from ..tree import DraftTree
 from .base import Drafter, option
+from .lookup import static_table
 from .lookup_or_copy import LookupOrCopy
 
 if TYPE_CHECKING:
@@ -118,6 +119,7 @@ class DmtdSpecOptions:
     # twenty-seventh session)
     lookup: bool = option(True, "a step whose prompt-lookup chain promises more tokens per second than the copy's "
                                 "draft verifies that chain instead, and skips the copy's calls")
+    static: str = option("auto", "the lookup chains' static n-gram table, as `lookup`'s: auto, none or a file")
 
     def __post_init__(self) -> None:
         if self.draft_len < 0:
@@ -144,7 +146,9 @@ class DmtdSpecDrafter(CopyDrafter):
         self.settings = {"drafter": self.name, "draft_len": self.draft_len, "decoding_layers": self.decoding_layers,
                          "thinking_layers": int(self.info["thinking_layers"]), "shortlist": int(self.shortlist.size),
                          "lookup": options.lookup and self.draft_len > 0, "lossy": False}
-        self.choice = LookupOrCopy(engine, self.draft_len) if self.settings["lookup"] else None
+        table = static_table(options.static, engine) if self.settings["lookup"] else None
+        self.settings["static"] = "none" if table is None else options.static
+        self.choice = LookupOrCopy(engine, self.draft_len, table) if self.settings["lookup"] else None
         self._heads = np.zeros((0, engine.config.hidden_size), dtype=np.float32)  # verified, not yet in the copy
 
     def start(self, engine: Engine, prompt_ids: Sequence[int]) -> None:

@@ -14,7 +14,7 @@ from those measured rates (MATCH_CLASS_PRIORS) rather than 0.5: τ +0.04-0.07 on
 With a static n-gram table (static_ngrams.py: the model's own answers to other prompts, shipped for the default
 model), a step whose context matches only a lone token, or nothing, drafts the table's chain instead: on 39
 tuning answers its first drafts were accepted 44-68% of the time where a lone 1-gram match's were 24%
-(benchmarks/results/fast/README.md, twenty-eighth session). Its classes are the table's matched n-gram length.
+(benchmarks/results/fast/README.md section 33). Its classes are the table's matched n-gram length.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ MATCH_CLASS_PRIORS: dict[tuple[int, bool], tuple[float, ...]] = {
     (1, False): (0.23, 0.52, 0.6), (1, True): (0.29, 0.59, 0.75),
     (2, False): (0.40, 0.56, 0.8), (2, True): (0.60, 0.73, 0.8),
     (3, False): (0.55, 0.33, 0.5), (3, True): (0.76, 0.88, 0.93),
-    # the shipped table's chains on 39 tuning answers (none of the 52 report questions; twenty-eighth session)
+    # the shipped table's chains on 39 tuning answers, none of the 52 report questions (results/fast section 33,
+    # session28/static_table_sim.log)
     ("static2", False): (0.44, 0.5, 0.4), ("static2", True): (0.49, 0.6, 0.4),
     ("static3", False): (0.45, 0.45, 0.6), ("static3", True): (0.5, 0.45, 0.6),
     ("static4", False): (0.62, 0.54, 0.59), ("static4", True): (0.68, 0.61, 0.7),

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..acceptance import DepthRates
 from ..cost_table import CostTable
+from ..static_ngrams import StaticNgrams
 from ..tree import DraftTree
 from ..tree_build import select_tree_scored
 from ..tree_sizing import CallCosts, size_tree
@@ -44,11 +45,11 @@ class LookupOrCopy:
     loses to the copy would never be tried, and never learn that on this text it is right (on a summarization
     tuning question τ fell from lookup's own 1.55 to the copy's 1.23)."""
 
-    def __init__(self, engine: Engine, draft_len: int) -> None:
+    def __init__(self, engine: Engine, draft_len: int, static: StaticNgrams | None = None) -> None:
         # without a measured table every width costs the same (the NPU assumption, as other drafters' trees fill
         # their width without one)
         table = engine.cost_table or CostTable.flat(engine.manifest)
-        self.source = NgramSource(3, 1, engine.graphs.max_decode_width - 1, 1)
+        self.source = NgramSource(3, 1, engine.graphs.max_decode_width - 1, 1, static)
         self.costs = CallCosts(table)
         self.draft_len = draft_len
         self.steps = {"lookup": 0, "copy": 0}  # steps of each kind this generation
