@@ -181,6 +181,7 @@ def _learned_masks(config: ExportConfig, loaded: LoadedModel):
 def _write_contents(loaded: LoadedModel, folder: Path, config: ExportConfig, say, masks=None) -> Manifest:
     cfg = loaded.config
     loaded.tokenizer.backend_tokenizer.save(str(folder / "tokenizer.json"))
+    static_extras = _copy_static_table(loaded, folder, say)
     embeddings = loaded.decoder.model.embed_tokens.weight.detach().numpy().astype(np.float32)
     np.save(folder / "embeddings.npy", embeddings)
     graph_module, mtp_extras = _graph_module(loaded, folder, config, say, masks)
@@ -206,9 +207,23 @@ def _write_contents(loaded: LoadedModel, folder: Path, config: ExportConfig, say
         source_sha256=loaded.source_sha256,
         producer=_producer_versions(),
         extras={"export_parity": parity, "weights_file": WEIGHTS_FILE, **({FUSED_OPS: fused} if fused else {}),
+                **static_extras,
                 **(tree_template_extras(config.decode_widths) if config.tree_templates else {}), **mtp_extras,
                 **config.extras},
     )
+
+
+def _copy_static_table(loaded: LoadedModel, folder: Path, say) -> dict:
+    """The static n-gram table shipped for this tokenizer (runtime/static_ngrams.py), copied into the bundle so that
+    `lookup` on any device (the Android engine too) finds it there; {} where none ships."""
+    from ..runtime.static_ngrams import BUNDLE_FILE, EXTRAS_KEY, shipped_file, vocab_fingerprint
+
+    shipped = shipped_file(vocab_fingerprint(loaded.tokenizer.backend_tokenizer.get_vocab(with_added_tokens=True)))
+    if shipped is None:
+        return {}
+    shutil.copyfile(shipped, folder / BUNDLE_FILE)
+    say(f"static n-gram table for lookup attached ({shipped.name})")
+    return {EXTRAS_KEY: BUNDLE_FILE}
 
 
 def _graph_module(loaded: LoadedModel, folder: Path, config: ExportConfig, say, masks) -> tuple:

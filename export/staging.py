@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from mtpedge.runtime.bundle import BundleError, Manifest, read_manifest
+from mtpedge.runtime.static_ngrams import EXTRAS_KEY
 
 
 def staging_folder(out_dir: Path, tag: str) -> Path:
@@ -96,13 +97,16 @@ def float_source(src: Path, converter: str, adapter_graphs: bool = False) -> Man
 
 
 def copy_host_files(src: Path, manifest: Manifest, dst: Path) -> None:
-    """The tokenizer, the embedding table, learned mask embeddings and an adapter's sampler files (host-side
-    inputs, whatever the graphs' precision), which a derived (quantized, compiled) bundle keeps as they are."""
+    """The tokenizer, the embedding table, learned mask embeddings, an adapter's sampler files and the static n-gram
+    table (host-side inputs, whatever the graphs' precision), which a derived (quantized, compiled) bundle keeps as
+    they are."""
     names = [manifest.tokenizer.file, manifest.embeddings_file]
     mtp = manifest.extras.get("mtp") or {}
     # learned masks, an adapter's host-side sampler head and its output matrix (when not the embedding table)
     names += [mtp[key] for key in ("masks_file", "sampler_file") if mtp.get(key)]
     if mtp.get("unembedding") not in (None, "embeddings"):
         names.append(mtp["unembedding"])
+    if manifest.extras.get(EXTRAS_KEY):  # the static n-gram table of `lookup`
+        names.append(manifest.extras[EXTRAS_KEY])
     for name in names:
         shutil.copy2(src / name, dst / name)

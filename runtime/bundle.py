@@ -24,6 +24,7 @@ from typing import Any
 
 from .contract import LAYER_HIDDEN, GraphShape
 from .model_config import DecoderConfig
+from .static_ngrams import EXTRAS_KEY as STATIC_NGRAMS
 
 
 def files_sha256(paths: list[Path]) -> str:
@@ -157,11 +158,13 @@ def bundle_file(folder: Path, name: str) -> Path:
 
 
 def _extras_files(extras: dict[str, Any]) -> list[str]:
-    """The files the extras name: shared graph weights, the adapter's, DMTD's parts, QNN context binaries.
+    """The files the extras name: shared graph weights, the static n-gram table, the adapter's, DMTD's parts, QNN
+    context binaries.
     (Other strings there, such as a training run's data path, are provenance, not bundle files.)"""
     try:
         mtp, dmtd, qnn = (extras.get(key) or {} for key in ("mtp", "dmtd", "qnn"))
-        names = [extras.get("weights_file"), mtp.get("masks_file"), mtp.get("sampler_file"), mtp.get("unembedding"),
+        names = [extras.get("weights_file"), extras.get(STATIC_NGRAMS), mtp.get("masks_file"),
+                 mtp.get("sampler_file"), mtp.get("unembedding"),
                  *(part.get("file") for part in dmtd.get("parts", [])), *qnn.get("context_binaries", [])]
     except (AttributeError, TypeError) as err:
         raise BundleError(f"the manifest's extras are malformed ({err}): re-run `mtpedge export`") from err

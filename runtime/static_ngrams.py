@@ -25,6 +25,10 @@ import numpy as np
 FORMAT = "mtpedge-static-ngrams"
 VERSION = 1
 SHIPPED_DIR = Path(__file__).parent / "data"  # tables for the default model, found by their tokenizer
+# a bundle whose tokenizer has a shipped table holds a copy (export), named in its manifest's extras: the
+# Android engine reads it from there
+EXTRAS_KEY = "static_ngrams"
+BUNDLE_FILE = "static_ngrams.npz"
 
 _FNV_OFFSET = 0xCBF29CE484222325
 _FNV_PRIME = 0x100000001B3
@@ -80,7 +84,8 @@ class StaticNgrams:
     def chain(self, context: Sequence[int], length: int) -> tuple[int, np.ndarray]:
         """(n, tokens): up to `length` tokens, each the table's next token after the context and the tokens
         before it; n is the first token's matched n-gram length (0 and no tokens: no match)."""
-        extended = list(context[-max(self.orders):])
+        longest = self.orders[0]
+        extended = list(context[-longest:])
         first, tokens = 0, []
         while len(tokens) < length:
             n, token = self.next_token(extended)
@@ -88,7 +93,7 @@ class StaticNgrams:
                 break
             first = first or n
             tokens.append(token)
-            extended = extended[1:] + [token]
+            extended = (extended + [token])[-longest:]
         return first, np.asarray(tokens, dtype=np.int64)
 
     def save(self, path: str | Path) -> None:
@@ -144,11 +149,14 @@ class StaticNgrams:
                                     "it with `mtpedge train-ngrams`")
 
 
-def shipped_table(fingerprint: str, vocab_size: int) -> StaticNgrams | None:
+def shipped_file(fingerprint: str) -> Path | None:
     """The table shipped for the tokenizer with this fingerprint (the default model's), if there is one."""
     for path in sorted(SHIPPED_DIR.glob("*-ngrams.npz")):
-        table = StaticNgrams.load(path)
-        if table.vocab == fingerprint:
-            table.check_ids(vocab_size, path)
-            return table
+        if StaticNgrams.load(path).vocab == fingerprint:
+            return path
     return None
+
+
+def shipped_table(fingerprint: str, vocab_size: int) -> StaticNgrams | None:
+    path = shipped_file(fingerprint)
+    return None if path is None else StaticNgrams.load(path, vocab_size)

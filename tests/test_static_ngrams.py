@@ -120,3 +120,31 @@ def test_the_shipped_table_reads_and_serves_only_its_own_tokenizer():
     table = StaticNgrams.load(files[0], vocab_size=49152)
     assert table.orders == (4, 3, 2) and table.keys.size > 100_000
     assert shipped_table(table.vocab, 49152) is not None and shipped_table("0" * 12, 49152) is None
+
+
+def test_an_export_copies_the_table_shipped_for_its_tokenizer_into_the_bundle(tiny_model_dir, tiny_bundle, tmp_path,
+                                                                               monkeypatch):
+    """Where a table ships for the model's tokenizer, the bundle holds a copy (hashed with its other files), which
+    `lookup` reads from there (as the Android engine does); a quantized bundle made from it keeps it."""
+    from mtpedge.export.bundle_writer import ExportConfig, export_bundle
+    from mtpedge.export.quantize_bundle import QuantConfig, quantize_bundle
+    from mtpedge.runtime import static_ngrams
+    from mtpedge.runtime.bundle import read_manifest, verify_files
+
+    engine = Engine.load(tiny_bundle(), threads=1)
+    shipped = tmp_path / "shipped"
+    build_table([answer([1, 2], [3, 4, 5, 6])] * 2, vocab_fingerprint(engine.tokenizer.vocab()),
+                NgramTableConfig(min_count=1)).save(shipped / "tiny-ngrams.npz")
+    monkeypatch.setattr(static_ngrams, "SHIPPED_DIR", shipped)
+    bundle = export_bundle(tiny_model_dir(), tmp_path / "bundle", ExportConfig(context=64, prefill_width=16,
+                                                                               decode_widths=(1, 8)))
+    manifest = read_manifest(bundle)
+    assert manifest.extras["static_ngrams"] == "static_ngrams.npz" and "static_ngrams.npz" in manifest.files
+    assert (bundle / "static_ngrams.npz").read_bytes() == (shipped / "tiny-ngrams.npz").read_bytes()
+    assert {check.status for check in verify_files(bundle, manifest)} == {"ok"}
+    monkeypatch.setattr(static_ngrams, "SHIPPED_DIR", tmp_path / "nothing-shipped")  # read from the bundle alone
+    drafter = make_drafter("lookup", Engine.load(bundle, threads=1))
+    assert drafter.settings["static"] == "auto" and drafter.source.static.next_token([3, 4]) == (2, 5)
+    quantized = quantize_bundle(bundle, tmp_path / "int8", QuantConfig(weights="int8", block_size=16))
+    assert (quantized / "static_ngrams.npz").is_file()
+    assert make_drafter("lookup", Engine.load(quantized, threads=1)).source.static is not None

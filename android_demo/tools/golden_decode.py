@@ -183,20 +183,58 @@ def record(engine: Engine, name: str, drafter_key: str | None, options: dict, ma
                                          "sizing": result.stats.sizing})}
 
 
+@contextlib.contextmanager
+def consulted_ngrams():
+    """Spy on static n-gram tables: every n-gram a drafter found, with its successor (and the table's orders and
+    tokenizer fingerprint)."""
+    from mtpedge.runtime.static_ngrams import StaticNgrams, ngram_key
+    found: dict = {"entries": {}}
+    original = StaticNgrams.next_token
+
+    def next_token(self, context):
+        n, token = original(self, context)
+        if n:
+            found["entries"][ngram_key(context[-n:])] = token
+            found["orders"], found["vocab"] = self.orders, self.vocab
+        return n, token
+
+    StaticNgrams.next_token = next_token
+    try:
+        yield found
+    finally:
+        StaticNgrams.next_token = original
+
+
+def write_consulted_table(found: dict, model: str, manifest: dict) -> None:
+    """The n-grams the recordings found, as a static table in bundle_<model>/, named by the manifest's extras (as an
+    export names its copy of a shipped table): n-grams no recording found are left out, so the file stays small
+    and the replay misses where the recording missed."""
+    from mtpedge.runtime.static_ngrams import BUNDLE_FILE, EXTRAS_KEY, StaticNgrams
+    keys = sorted(found["entries"])
+    table = StaticNgrams(np.array(keys, dtype=np.uint64), np.array([found["entries"][k] for k in keys], np.int32),
+                         found["orders"], found["vocab"])
+    table.save(output() / f"bundle_{model}" / BUNDLE_FILE)
+    manifest["extras"][EXTRAS_KEY] = BUNDLE_FILE
+    log.info("wrote bundle_%s/%s (%d n-grams the recordings found)", model, BUNDLE_FILE, len(keys))
+
+
 def write_model(engine: Engine, model: str, recordings: list, sparse: bool, **record_options) -> list[str]:
     """The manifest, the recordings and the embedding rows they need (all rows of a tiny table)."""
     data = json.loads(engine.manifest.to_json())
     for g in data["graphs"]:  # the per-layer I/O shapes are checked by the Python loader; the app needs none
         g["inputs"], g["outputs"] = {}, {}
-    write(f"manifest_{model}.json", data)
     needed: set[int] = set()
     names = []
-    for name, key, options, max_new, *costs in recordings:
-        recording = record(engine, name, key, options, max_new, model=model, costs=costs[0] if costs else None,
-                           **record_options)
-        needed |= set(recording["embedding_ids"])
-        write(f"decode_{name}.json", recording)
-        names.append(f"decode_{name}.json")
+    with consulted_ngrams() as found:
+        for name, key, options, max_new, *costs in recordings:
+            recording = record(engine, name, key, options, max_new, model=model, costs=costs[0] if costs else None,
+                               **record_options)
+            needed |= set(recording["embedding_ids"])
+            write(f"decode_{name}.json", recording)
+            names.append(f"decode_{name}.json")
+    if found["entries"]:
+        write_consulted_table(found, model, data)
+    write(f"manifest_{model}.json", data)
     # one table per model for all its recordings, including those kept from an earlier run (e.g. of drafters this
     # runtime lacks): the rows of prompt and committed tokens (base64 float32), and the mean row of the full
     # table (ESP's "mean" mask init)

@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..acceptance import DepthRates
+from ..bundle import bundle_file
 from ..ngram import ngram_match
-from ..static_ngrams import StaticNgrams, StaticNgramsError, shipped_table, vocab_fingerprint
+from ..static_ngrams import EXTRAS_KEY, StaticNgrams, StaticNgramsError, shipped_table, vocab_fingerprint
 from ..tree import DraftTree, node_depths
 from ..tree_build import chain_pool, select_tree, select_tree_scored
 from .base import Drafter, option, sizer_for, width_for
@@ -169,15 +170,18 @@ class LookupDrafter(Drafter):
 
 
 def static_table(option: str, engine: Engine) -> StaticNgrams | None:
-    """The static n-gram table `option` names (LookupOptions.static) for this engine's tokenizer."""
+    """The static n-gram table `option` names (LookupOptions.static) for this engine's tokenizer: for `auto`, the
+    bundle's copy (export writes one where a table ships for the tokenizer), else the shipped table itself."""
     if option == "none":
         return None
     fingerprint = vocab_fingerprint(engine.tokenizer.vocab())
-    if option == "auto":
+    in_bundle = engine.manifest.extras.get(EXTRAS_KEY)
+    if option == "auto" and in_bundle is None:  # a bundle exported before tables were copied in
         return shipped_table(fingerprint, engine.config.vocab_size)
-    table = StaticNgrams.load(option, engine.config.vocab_size)
+    path = bundle_file(engine.folder, in_bundle) if option == "auto" else option
+    table = StaticNgrams.load(path, engine.config.vocab_size)
     if table.vocab != fingerprint:
-        raise StaticNgramsError(f"{option} holds another tokenizer's ids (vocabulary {table.vocab}, this bundle's "
+        raise StaticNgramsError(f"{path} holds another tokenizer's ids (vocabulary {table.vocab}, this bundle's "
                                 f"is {fingerprint}): build one from this model's answers with `mtpedge train-ngrams`, "
                                 "or pass static=none")
     return table

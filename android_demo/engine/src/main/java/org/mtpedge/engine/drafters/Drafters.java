@@ -55,6 +55,21 @@ public final class Drafters {
         return int8Activations ? "lookup" : "none";
     }
 
+    /**
+     * lookup's "static" option: "auto" (the default) is the table the bundle holds (its export copied the one shipped
+     * for its tokenizer), "none" is none; the app reads no other file.
+     */
+    private static StaticNgrams staticTable(Engine engine, Map<String, String> options) {
+        String option = text(options, "static", "auto");
+        if (option.equals("none")) {
+            return null;
+        }
+        if (!option.equals("auto")) {
+            throw new IllegalArgumentException("lookup's static must be auto or none in the app, got " + option);
+        }
+        return StaticNgrams.forBundle(engine);
+    }
+
     public static Drafter make(String name, Engine engine, Map<String, String> options) {
         switch (name) {
             case "none":
@@ -64,7 +79,7 @@ public final class Drafters {
                         integer(options, "width", 16));
             case "lookup":
                 return new LookupDrafter(engine, integer(options, "width", 8), integer(options, "max_ngram", 3),
-                        integer(options, "min_ngram", 1), integer(options, "branches", 1));
+                        integer(options, "min_ngram", 1), integer(options, "branches", 1), staticTable(engine, options));
             case "hybrid":
                 return new HybridDrafter(engine, maskSettings(engine, options), integer(options, "width", 16),
                         integer(options, "max_ngram", 3), integer(options, "min_ngram", 1),

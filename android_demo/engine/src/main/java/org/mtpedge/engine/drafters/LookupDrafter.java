@@ -20,11 +20,12 @@ public final class LookupDrafter implements Drafter {
     private final NgramSource source;
     private final StepSizer sizer;
 
-    public LookupDrafter(Engine engine, int width, int maxNgram, int minNgram, int branches) {
+    /** table: the static n-gram table for steps without a context match of 2+ tokens (null: none). */
+    public LookupDrafter(Engine engine, int width, int maxNgram, int minNgram, int branches, StaticNgrams table) {
         this.budget = Math.min(width, engine.manifest.maxDecodeWidth());
         this.maxWidth = engine.manifest.maxDecodeWidth();
         this.sizer = engine.costTable == null ? null : new StepSizer(engine.costTable);
-        this.source = new NgramSource(maxNgram, minNgram, Math.max(1, budget - 1), branches);
+        this.source = new NgramSource(maxNgram, minNgram, Math.max(1, budget - 1), branches, table);
     }
 
     @Override
