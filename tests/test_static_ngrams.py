@@ -100,6 +100,11 @@ def test_lookup_drafts_from_a_table_of_the_models_answers_and_still_equals_plain
             tau[name].append(out.stats.tokens_per_call)
     assert np.mean(tau["with"][:6]) > np.mean(tau["without"][:6]) + 0.3, tau
     assert any(str(key[0]).startswith("static") for key in with_table.source.classes)
+    hybrid = make_drafter(f"hybrid:static={path}", engine)  # the hybrid's lookup chains take it too
+    assert hybrid.settings["static"] == str(path) and hybrid.lookup.static is not None
+    for prompt in seen[:2] + unseen[:2]:
+        plain = generate(engine, prompt, 40, stop_token_ids=set()).token_ids
+        assert generate(engine, prompt, 40, stop_token_ids=set(), drafter=hybrid).token_ids == plain
 
 
 def test_a_table_of_another_tokenizer_is_refused_with_the_fix(tiny_bundle, tmp_path):

@@ -32,7 +32,7 @@ from ..tree import DraftTree
 from ..tree_build import concat_pools, mask_pool, select_tree, select_tree_scored, softmax_rows
 from .base import Drafter, option, sizer_for, width_for
 from .esp import MaskOptions, MaskProbe
-from .lookup import NgramSource
+from .lookup import NgramSource, StaticTableOption, static_table
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class HybridOptions(MaskOptions):
+class HybridOptions(MaskOptions, StaticTableOption):
     width: int = option(16, "slots per decode call (tree nodes + mask slots)")
     max_ngram: int = option(3, "longest n-gram matched")
     min_ngram: int = option(1, "shortest n-gram matched")
@@ -71,10 +71,13 @@ class HybridDrafter(Drafter):
         self.nodes = self.width // (options.masks + 1)  # token nodes (root included), each with its masks
         if self.nodes < 1:
             raise ValueError(f"a width of {self.width} slots cannot hold a root and its {options.masks} mask slot(s)")
-        self.lookup = NgramSource(options.max_ngram, options.min_ngram, max(1, self.nodes - 1), options.branches)
+        table = static_table(options.static, engine)
+        self.lookup = NgramSource(options.max_ngram, options.min_ngram, max(1, self.nodes - 1), options.branches,
+                                  table)
         self.settings = {"drafter": self.name, "masks": options.masks, "mask_init": config.init,
                          "mask_update": config.update_rate, "width": self.width, "max_ngram": options.max_ngram,
-                         "min_ngram": options.min_ngram, "branches": options.branches}
+                         "min_ngram": options.min_ngram, "branches": options.branches,
+                         "static": "none" if table is None else options.static}
         self._from_lookup = np.ones(1, dtype=bool)
 
     def start(self, engine: Engine, prompt_ids: Sequence[int]) -> None:

@@ -118,14 +118,20 @@ class NgramSource:
 
 
 @dataclass(frozen=True)
-class LookupOptions:
+class StaticTableOption:
+    """The option of every drafter whose candidates include lookup chains (lookup, hybrid, mtp, dmtd-spec)."""
+
+    static: str = option("auto", "static n-gram table for steps without a context match of 2+ tokens: auto (the "
+                                 "bundle's, or the one shipped for this model's tokenizer, if any), none, or a file "
+                                 "of `mtpedge train-ngrams`")
+
+
+@dataclass(frozen=True)
+class LookupOptions(StaticTableOption):
     width: int = option(8, "slots per decode call (root included)")
     max_ngram: int = option(3, "longest n-gram matched")
     min_ngram: int = option(1, "shortest n-gram matched")
     branches: int = option(1, "distinct continuations in one tree")
-    static: str = option("auto", "static n-gram table for steps without a context match of 2+ tokens: auto (the "
-                                 "one shipped for this model's tokenizer, if any), none, or a file of "
-                                 "`mtpedge train-ngrams`")
 
     def __post_init__(self) -> None:
         if self.width < 1 or self.branches < 1 or not 1 <= self.min_ngram <= self.max_ngram:

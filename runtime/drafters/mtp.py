@@ -49,7 +49,7 @@ from ..tree_build import (
     top_tokens,
 )
 from .base import Drafter, option, width_for
-from .lookup import NgramSource
+from .lookup import NgramSource, StaticTableOption, static_table
 from .mtp_head import SamplerHead, learned_masks, mtp_extras
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ def linear_tree(tokens: np.ndarray, k: int) -> DraftTree:
 
 
 @dataclass(frozen=True)
-class MtpOptions:
+class MtpOptions(StaticTableOption):
     mtp_layout: str = option("tree", "masks after the last draft only (linear), after every draft of a chain "
                                      "(quadratic), or a tree of drafts with masks where the path likely ends", LAYOUTS)
     masks: int | None = option(None, "mask slots k (default: as many as the adapter was trained with)")
@@ -122,7 +122,9 @@ class MtpDrafter(Drafter):
                          "sampler": self.head is not None, "candidates": candidates, "lora_rank": extras.get("rank")}
         if mtp_layout == "tree":
             self.settings.update(width=self.width, branch=branch, mask_gain=mask_gain, lookup=lookup)
-        self.lookup = NgramSource(3, 1, max(1, self.width - self.k - 1), 2) if lookup else None
+        table = static_table(options.static, engine) if lookup else None
+        self.settings["static"] = "none" if table is None else options.static
+        self.lookup = NgramSource(3, 1, max(1, self.width - self.k - 1), 2, table) if lookup else None
         self._from_lookup = np.zeros(1, dtype=bool)
         self._pending: tuple[np.ndarray | None, np.ndarray] | None = None  # (hidden, logits) of the next masks
         self._n_tokens = 1

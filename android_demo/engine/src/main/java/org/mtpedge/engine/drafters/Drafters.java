@@ -56,7 +56,7 @@ public final class Drafters {
     }
 
     /**
-     * lookup's "static" option: "auto" (the default) is the table the bundle holds (its export copied the one shipped
+     * The "static" option of the drafters with lookup chains: "auto" (the default) is the table the bundle holds (its export copied the one shipped
      * for its tokenizer), "none" is none; the app reads no other file.
      */
     private static StaticNgrams staticTable(Engine engine, Map<String, String> options) {
@@ -65,7 +65,7 @@ public final class Drafters {
             return null;
         }
         if (!option.equals("auto")) {
-            throw new IllegalArgumentException("lookup's static must be auto or none in the app, got " + option);
+            throw new IllegalArgumentException("static must be auto or none in the app, got " + option);
         }
         return StaticNgrams.forBundle(engine);
     }
@@ -83,15 +83,16 @@ public final class Drafters {
             case "hybrid":
                 return new HybridDrafter(engine, maskSettings(engine, options), integer(options, "width", 16),
                         integer(options, "max_ngram", 3), integer(options, "min_ngram", 1),
-                        integer(options, "branches", 2));
+                        integer(options, "branches", 2), staticTable(engine, options));
             case "mtp":
+                boolean lookup = options.containsKey("lookup") ? bool(options, "lookup", false)
+                        : text(options, "mtp_layout", "tree").equals("tree");
                 return new MtpDrafter(engine, text(options, "mtp_layout", "tree"),
                         options.containsKey("masks") ? Integer.valueOf(integer(options, "masks", 0)) : null,
                         bool(options, "sampler", true), integer(options, "candidates", 64),
                         integer(options, "width", 16), integer(options, "branch", 4), number(options, "mask_gain", 2.0),
                         // prompt-lookup chains: on by default for the tree layout, as in mtpedge.runtime.drafters.mtp
-                        options.containsKey("lookup") ? bool(options, "lookup", false)
-                                : text(options, "mtp_layout", "tree").equals("tree"));
+                        lookup, lookup ? staticTable(engine, options) : null);
             default:
                 throw new IllegalArgumentException("unknown drafter '" + name + "': choose one of "
                         + String.join(", ", NAMES));

@@ -21,7 +21,9 @@ public final class HybridDrafter implements Drafter {
     private final StepSizer sizer;
     private boolean[] fromLookup = {true};
 
-    public HybridDrafter(Engine engine, MaskSettings settings, int width, int maxNgram, int minNgram, int branches) {
+    /** table: lookup's static n-gram table (null: none), as {@link LookupDrafter}'s. */
+    public HybridDrafter(Engine engine, MaskSettings settings, int width, int maxNgram, int minNgram, int branches,
+                         StaticNgrams table) {
         this.probe = new MaskProbe(engine, settings);
         this.sizer = engine.costTable == null ? null : new StepSizer(engine.costTable);
         int masks = settings.slots;
@@ -32,7 +34,7 @@ public final class HybridDrafter implements Drafter {
             throw new IllegalArgumentException("a width of " + width + " slots cannot hold a root and its " + masks
                     + " mask slot(s)");
         }
-        this.lookup = new NgramSource(maxNgram, minNgram, Math.max(1, nodes - 1), branches);
+        this.lookup = new NgramSource(maxNgram, minNgram, Math.max(1, nodes - 1), branches, table);
     }
 
     @Override

@@ -46,10 +46,10 @@ public final class MtpDrafter implements Drafter {
     /**
      * masks: mask slots k (null: as many as the adapter was trained with); sampler: draft through the sampler head
      * (false: the masks' plain argmax); candidates: rows of a mask's logits the head scores (0 = all); width,
-     * branch, maskGain, lookup: the tree layout's.
+     * branch, maskGain, lookup: the tree layout's; table: the lookup chains' static n-gram table (null: none).
      */
     public MtpDrafter(Engine engine, String layout, Integer masks, boolean sampler, int candidates, int width,
-                      int branch, double maskGain, boolean lookup) {
+                      int branch, double maskGain, boolean lookup, StaticNgrams table) {
         if (!Arrays.asList(LAYOUTS).contains(layout)) {
             throw new IllegalArgumentException("unknown MTP layout '" + layout + "': choose linear, quadratic or tree");
         }
@@ -84,7 +84,7 @@ public final class MtpDrafter implements Drafter {
             throw new IllegalArgumentException("the " + layout + " layout with k = " + k + " needs " + need + " slots, "
                     + "the widest decode graph has " + maxWidth + ": re-export with a wider --decode-widths or use fewer masks");
         }
-        this.lookup = lookup ? new NgramSource(3, 1, Math.max(1, this.width - k - 1), 2) : null;
+        this.lookup = lookup ? new NgramSource(3, 1, Math.max(1, this.width - k - 1), 2, table) : null;
     }
 
     @Override
