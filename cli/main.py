@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _terminated) if in_main_thread else None
     try:
         return importlib.import_module(args.module).run(args) or 0
-    except (BundleError, ContextOverflowError, ValueError) as err:
+    except (BundleError, ContextOverflowError, ValueError, FileNotFoundError) as err:
         print(f"mtpedge {args.command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -27,6 +27,11 @@ class NgramTableConfig:
     min_count: int = 2
     min_share: float = 0.5
 
+    def __post_init__(self) -> None:
+        if not self.orders or min(self.orders) < 1 or self.min_count < 1 or not 0 < self.min_share <= 1:
+            raise ValueError(f"n-gram orders must be >= 1, --min-count >= 1 and --min-share in (0, 1], got orders "
+                             f"{list(self.orders)}, min count {self.min_count}, min share {self.min_share}")
+
 
 def _pairs(samples: Sequence[DistillSample], n: int, context: int) -> tuple[np.ndarray, np.ndarray]:
     """(keys, next ids) of every n-gram followed by an answer token."""
@@ -59,8 +64,6 @@ def _most_frequent(keys: np.ndarray, nexts: np.ndarray, config: NgramTableConfig
 def build_table(samples: Sequence[DistillSample], vocab: str, config: NgramTableConfig | None = None) -> StaticNgrams:
     """The table of these answers; `vocab`: the fingerprint of their tokenizer (static_ngrams.vocab_fingerprint)."""
     config = config or NgramTableConfig()
-    if not config.orders or min(config.orders) < 1 or config.min_count < 1 or not 0 < config.min_share <= 1:
-        raise ValueError(f"n-gram orders must be >= 1, min_count >= 1 and min_share in (0, 1], got {config}")
     keys, nexts = [], []
     for n in config.orders:
         kept = _most_frequent(*_pairs(samples, n, max(config.orders)), config)

@@ -153,3 +153,13 @@ def test_an_export_copies_the_table_shipped_for_its_tokenizer_into_the_bundle(ti
     quantized = quantize_bundle(bundle, tmp_path / "int8", QuantConfig(weights="int8", block_size=16))
     assert (quantized / "static_ngrams.npz").is_file()
     assert make_drafter("lookup", Engine.load(quantized, threads=1)).source.static is not None
+
+
+def test_train_ngrams_names_bad_input_before_any_work(tmp_path, capsys):
+    from mtpedge.main import main
+
+    out = tmp_path / "table.npz"
+    assert main(["train-ngrams", "--data", str(tmp_path / "missing"), "--out", str(out)]) == 2
+    assert "no distillation data" in capsys.readouterr().err and not out.exists()
+    assert main(["train-ngrams", "--data", str(tmp_path), "--out", str(out), "--min-share", "2"]) == 2
+    assert "--min-share in (0, 1]" in capsys.readouterr().err and not out.exists()
