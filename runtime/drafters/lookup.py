@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 # held-out answers measured (benchmarks/results/fast/lookup_match_classes_24q.log, deeper depths pooled and
 # rounded). Without them every class started at 0.5, and each answer spent its first steps learning that a lone
 # 1-gram match is seldom right.
-MATCH_CLASS_PRIORS: dict[tuple[int, bool], tuple[float, ...]] = {
+MATCH_CLASS_PRIORS: dict[tuple[int | str, bool], tuple[float, ...]] = {
     (1, False): (0.23, 0.52, 0.6), (1, True): (0.29, 0.59, 0.75),
     (2, False): (0.40, 0.56, 0.8), (2, True): (0.60, 0.73, 0.8),
     (3, False): (0.55, 0.33, 0.5), (3, True): (0.76, 0.88, 0.93),
