@@ -163,3 +163,18 @@ def test_train_ngrams_names_bad_input_before_any_work(tmp_path, capsys):
     assert "no distillation data" in capsys.readouterr().err and not out.exists()
     assert main(["train-ngrams", "--data", str(tmp_path), "--out", str(out), "--min-share", "2"]) == 2
     assert "--min-share in (0, 1]" in capsys.readouterr().err and not out.exists()
+
+
+def test_train_ngrams_counts_a_distill_folder_into_a_table_this_models_bundles_accept(tiny_model_dir, tiny_bundle,
+                                                                                      tmp_path):
+    from mtpedge.main import main
+    from mtpedge.models.distill_data import save_distill_data
+
+    engine = Engine.load(tiny_bundle(), threads=1)
+    prompts = [[1, 5, 9, 33], [7, 7, 120, 45]]
+    save_distill_data([answer(p, generate(engine, p, 30, stop_token_ids=set()).token_ids) for p in prompts] * 3,
+                      tmp_path / "data" / "first-0000.npz")
+    out = tmp_path / "tiny-ngrams.npz"
+    assert main(["train-ngrams", str(tiny_model_dir()), "--data", str(tmp_path / "data"), "--out", str(out)]) == 0
+    drafter = make_drafter(f"lookup:static={out}", engine)  # the tokenizer fingerprints agree
+    assert drafter.source.static.keys.size > 0 and drafter.source.static.orders == (4, 3, 2)
