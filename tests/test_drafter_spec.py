@@ -35,7 +35,7 @@ def test_a_spec_prints_as_it_parses_and_keys_a_cache():
 
 @pytest.mark.parametrize("text, message", [
     ("medusa", "unknown drafter 'medusa': choose one of none, dmtd, dmtd-spec, esp, hybrid, lookup, mtp"),
-    ("lookup:masks=2", "takes no option masks; its options: static, width, max_ngram, min_ngram, branches"),
+    ("lookup:masks=2", "takes no option masks; its options: width, max_ngram, min_ngram, branches"),
     ("none:width=4", "plain decoding \\(none\\) takes no options"),
     ("hybrid:width=wide", "option width takes an integer, got 'wide'"),
     ("hybrid:width=3.5", "option width takes an integer"),

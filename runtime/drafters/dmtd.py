@@ -42,7 +42,7 @@ from ..bundle import BundleError, GraphEntry, bundle_file
 from ..contract import LAYER_HIDDEN
 from ..tree import DraftTree
 from .base import Drafter, option
-from .lookup import StaticTableOption, static_table
+from .lookup import STATIC_HELP, static_table
 from .lookup_or_copy import LookupOrCopy
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ class CopyDrafter(Drafter):
 
 
 @dataclass(frozen=True)
-class DmtdSpecOptions(StaticTableOption):
+class DmtdSpecOptions:
     # 1: on the fast DMTD bundle (the default's), on 13 tuning questions (none of the 52 report ones)
     # draft_len 1 / 2 / 3 ran at 0.90x / 0.69x / 0.62x plain decoding of that bundle (τ 1.36 / 1.48 / 1.51): a
     # second draft costs a sequential copy call and a width-4 verifying call for +0.1 τ
@@ -119,6 +119,9 @@ class DmtdSpecOptions(StaticTableOption):
     # twenty-seventh session)
     lookup: bool = option(True, "a step whose prompt-lookup chain promises more tokens per second than the copy's "
                                 "draft verifies that chain instead, and skips the copy's calls")
+    # auto: τ 1.68 against 1.65 without the table on the 52 report questions, both 1.08x plain decoding
+    # (benchmarks/results/dmtd/README.md, twenty-eighth session)
+    static: str = option("auto", STATIC_HELP)
 
     def __post_init__(self) -> None:
         if self.draft_len < 0:

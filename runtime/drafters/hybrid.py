@@ -32,7 +32,7 @@ from ..tree import DraftTree
 from ..tree_build import concat_pools, mask_pool, select_tree, select_tree_scored, softmax_rows
 from .base import Drafter, option, sizer_for, width_for
 from .esp import MaskOptions, MaskProbe
-from .lookup import NgramSource, StaticTableOption, static_table
+from .lookup import STATIC_HELP, NgramSource, static_table
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -40,11 +40,14 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class HybridOptions(MaskOptions, StaticTableOption):
+class HybridOptions(MaskOptions):
     width: int = option(16, "slots per decode call (tree nodes + mask slots)")
     max_ngram: int = option(3, "longest n-gram matched")
     min_ngram: int = option(1, "shortest n-gram matched")
     branches: int = option(2, "distinct n-gram continuations in one tree")
+    # auto: 13 tuning questions τ 1.54 against 1.42 without the table, both 0.91x plain decoding here
+    # (benchmarks/results/fast/README.md section 33)
+    static: str = option("auto", STATIC_HELP)
 
     def __post_init__(self) -> None:
         super().__post_init__()

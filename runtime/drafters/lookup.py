@@ -117,21 +117,20 @@ class NgramSource:
         self.streak = bool((on_path & lookup).any())
 
 
-@dataclass(frozen=True)
-class StaticTableOption:
-    """The option of every drafter whose candidates include lookup chains (lookup, hybrid, mtp, dmtd-spec)."""
-
-    static: str = option("auto", "static n-gram table for steps without a context match of 2+ tokens: auto (the "
-                                 "bundle's, or the one shipped for this model's tokenizer, if any), none, or a file "
-                                 "of `mtpedge train-ngrams`")
+# the `static` option of every drafter whose candidates include lookup chains (lookup, hybrid, mtp, dmtd-spec)
+STATIC_HELP = ("static n-gram table for steps without a context match of 2+ tokens: auto (the bundle's, or the one "
+               "shipped for this model's tokenizer, if any), none, or a file of `mtpedge train-ngrams`")
 
 
 @dataclass(frozen=True)
-class LookupOptions(StaticTableOption):
+class LookupOptions:
     width: int = option(8, "slots per decode call (root included)")
     max_ngram: int = option(3, "longest n-gram matched")
     min_ngram: int = option(1, "shortest n-gram matched")
     branches: int = option(1, "distinct continuations in one tree")
+    # auto: 52 report questions τ 1.53 against 1.40 without the table, 1.18x against 1.16x plain decoding on a quiet
+    # machine (benchmarks/results/fast/README.md section 33)
+    static: str = option("auto", STATIC_HELP)
 
     def __post_init__(self) -> None:
         if self.width < 1 or self.branches < 1 or not 1 <= self.min_ngram <= self.max_ngram:

@@ -49,7 +49,7 @@ from ..tree_build import (
     top_tokens,
 )
 from .base import Drafter, option, width_for
-from .lookup import NgramSource, StaticTableOption, static_table
+from .lookup import STATIC_HELP, NgramSource, static_table
 from .mtp_head import SamplerHead, learned_masks, mtp_extras
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ def linear_tree(tokens: np.ndarray, k: int) -> DraftTree:
 
 
 @dataclass(frozen=True)
-class MtpOptions(StaticTableOption):
+class MtpOptions:
     mtp_layout: str = option("tree", "masks after the last draft only (linear), after every draft of a chain "
                                      "(quadratic), or a tree of drafts with masks where the path likely ends", LAYOUTS)
     masks: int | None = option(None, "mask slots k (default: as many as the adapter was trained with)")
@@ -80,6 +80,9 @@ class MtpOptions(StaticTableOption):
     # plain), 52 report questions 1.75 -> 1.94 (benchmarks/results/mtp/README.md, eighth session)
     lookup: bool | None = option(None, "tree layout: prompt-lookup chains in the same tree, as the hybrid "
                                        "(default: on for the tree layout)")
+    # auto: 52 report questions τ 2.27 against 2.22 without the table (benchmarks/results/mtp/README.md,
+    # twenty-eighth session)
+    static: str = option("auto", STATIC_HELP)
 
     def __post_init__(self) -> None:
         if self.mtp_layout not in LAYOUTS:
