@@ -15,15 +15,20 @@ from mtpedge.export_cmd import parse_widths
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from mtpedge.models.ngram_table import NgramTableConfig
+
+    default = NgramTableConfig()  # the shipped table's settings
     parser.add_argument("model", nargs="?", help="GGUF file or Hugging Face folder (default: embedded SmolLM2-135M)")
     parser.add_argument("--data", required=True, help="self-distilled data: the folder of `mtpedge distill` (or an "
                                                       ".npz), made with this model")
     parser.add_argument("--out", required=True, help="the table to write (.npz)")
-    parser.add_argument("--orders", type=parse_widths, default=(2, 3, 4), help="n-gram lengths (default 2,3,4)")
-    parser.add_argument("--min-count", type=int, default=3,
-                        help="keep a continuation seen at least this often (default 3)")
-    parser.add_argument("--min-share", type=float, default=0.5,
-                        help="... and in at least this share of its n-gram's occurrences (default 0.5)")
+    parser.add_argument("--orders", type=parse_widths, default=default.orders,
+                        help=f"n-gram lengths (default {','.join(map(str, default.orders))})")
+    parser.add_argument("--min-count", type=int, default=default.min_count,
+                        help=f"keep a continuation seen at least this often (default {default.min_count})")
+    parser.add_argument("--min-share", type=float, default=default.min_share,
+                        help=f"... and in at least this share of its n-gram's occurrences "
+                             f"(default {default.min_share})")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -15,14 +15,13 @@ distribution per response token):
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from mtpedge.runtime.atomic_npz import save_npz
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import generate
 
@@ -48,8 +47,6 @@ def save_distill_data(samples: list[DistillSample], path: str | Path, prompts: l
     The teacher top-k is written when every sample has it; `extra` holds per-sample arrays of the producer
     (conversations, temperatures, ...), stored as they are.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     arrays = {
         "prompt_lengths": np.array([len(s.prompt_ids) for s in samples], dtype=np.int64),
         "response_lengths": np.array([len(s.response_ids) for s in samples], dtype=np.int64),
@@ -60,14 +57,7 @@ def save_distill_data(samples: list[DistillSample], path: str | Path, prompts: l
     if samples and all(s.topk_ids is not None for s in samples):
         arrays["topk_ids"] = np.concatenate([s.topk_ids for s in samples]).astype(np.int32)
         arrays["topk_probs"] = np.concatenate([s.topk_probs for s in samples]).astype(np.float16)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npz", dir=path.parent)
-    os.close(fd)
-    try:
-        np.savez(tmp, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    save_npz(path, arrays)
 
 
 def shard_files(folder: str | Path) -> list[Path]:

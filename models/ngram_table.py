@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from mtpedge.runtime.static_ngrams import StaticNgrams, ngram_keys
 
-from .distill_data import DistillSample
+if TYPE_CHECKING:  # not imported at run time: the CLI reads this module's defaults at start-up
+    from .distill_data import DistillSample
 
 
 @dataclass(frozen=True)
@@ -24,7 +26,7 @@ class NgramTableConfig:
     # in an offline simulation on 39 tuning answers, orders 2-4 at count 3 and share 0.5 gave τ 1.647; 2-6 1.656
     # at 3x the size, 3-5 1.598, count 2 1.653 at 1.5x the size (benchmarks/results/fast/README.md section 33)
     orders: tuple[int, ...] = (2, 3, 4)
-    min_count: int = 2
+    min_count: int = 3
     min_share: float = 0.5
 
     def __post_init__(self) -> None:

@@ -14,13 +14,13 @@ propose a wrong draft, which verification rejects.
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from .atomic_npz import save_npz
 
 FORMAT = "mtpedge-static-ngrams"
 VERSION = 1
@@ -97,19 +97,10 @@ class StaticNgrams:
         return first, np.asarray(tokens, dtype=np.int64)
 
     def save(self, path: str | Path) -> None:
-        """Write atomically (a temporary file in the same folder, then a rename)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npz", dir=path.parent)
-        os.close(fd)
-        try:
-            np.savez_compressed(tmp, format=np.array(FORMAT), version=np.array(VERSION), keys=self.keys,
-                                next_ids=self.next_ids, orders=np.asarray(self.orders, dtype=np.int64),
-                                vocab=np.array(self.vocab))
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        """Write atomically (atomic_npz.save_npz), compressed."""
+        save_npz(path, {"format": np.array(FORMAT), "version": np.array(VERSION), "keys": self.keys,
+                        "next_ids": self.next_ids, "orders": np.asarray(self.orders, dtype=np.int64),
+                        "vocab": np.array(self.vocab)}, compressed=True)
 
     @classmethod
     def load(cls, path: str | Path, vocab_size: int | None = None) -> StaticNgrams:
@@ -149,14 +140,24 @@ class StaticNgrams:
                                     "it with `mtpedge train-ngrams`")
 
 
-def shipped_file(fingerprint: str) -> Path | None:
-    """The table shipped for the tokenizer with this fingerprint (the default model's), if there is one."""
+def _shipped(fingerprint: str) -> tuple[Path, StaticNgrams] | None:
+    """The table shipped for the tokenizer with this fingerprint (the default model's), and its file, if any."""
     for path in sorted(SHIPPED_DIR.glob("*-ngrams.npz")):
-        if StaticNgrams.load(path).vocab == fingerprint:
-            return path
+        table = StaticNgrams.load(path)
+        if table.vocab == fingerprint:
+            return path, table
     return None
 
 
+def shipped_file(fingerprint: str) -> Path | None:
+    found = _shipped(fingerprint)
+    return None if found is None else found[0]
+
+
 def shipped_table(fingerprint: str, vocab_size: int) -> StaticNgrams | None:
-    path = shipped_file(fingerprint)
-    return None if path is None else StaticNgrams.load(path, vocab_size)
+    found = _shipped(fingerprint)  # read once: the file is the whole table
+    if found is None:
+        return None
+    path, table = found
+    table.check_ids(vocab_size, path)
+    return table
