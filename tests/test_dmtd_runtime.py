@@ -98,17 +98,58 @@ def test_dmtd_spec_takes_the_lookup_chain_only_where_it_promises_more_tokens_per
     rates = choice.source.rates
     choice.lookup_chain([*context, 8, 9, 5], 5, room=7)
     assert rates.hits[1:4].tolist() == [1, 1, 0] and rates.tries[1:4].tolist() == [1, 1, 1]
-    choice.call_seconds, choice.copy_seconds = 1.0, 1.0  # a copy step costs two calls
+    copy_steps(choice, tokens=1.3, copy_seconds=1.0)  # a copy step costs two calls, for 1.3 tokens
     assert choice.lookup_chain(context, 7, room=7).tolist()[:3] == [7, 8, 9]
     assert choice.lookup_chain([1, 2, 3, 4, 9], 9, room=7) is None  # no match: the copy drafts
-    # a free copy that is always right beats a lone 1-gram match's chain (prior first-draft rate 0.23)
+    # a free copy step that gains 2 tokens beats a lone 1-gram match's chain (prior first-draft rate 0.23)
     choice = make_drafter("dmtd-spec", engine).choice
-    choice.call_seconds, choice.copy_seconds = 1.0, 0.0
-    for _ in range(200):
-        choice.copy_rate.record(np.array([1]), np.array([True]), np.array([True]))
+    copy_steps(choice, tokens=2.0, copy_seconds=0.0)
     assert choice.lookup_chain([5, 20, 21, 22, 23, 5], 5, room=7) is None
-    choice.copy_seconds = 3.0  # a copy that costs three calls does not
+    copy_steps(choice, tokens=2.0, copy_seconds=2.0)  # a copy that costs two more calls does not
     assert choice.lookup_chain([5, 20, 21, 22, 23, 5], 5, room=7).tolist()[:2] == [5, 20]
+
+
+def copy_steps(choice, tokens: float, copy_seconds: float, steps: int = 200) -> None:
+    """As if `steps` copy steps had run, each a one-second call that gained `tokens`, the copy's calls taking
+    `copy_seconds` more."""
+    choice.steps["copy"] = steps
+    choice.copy_tokens = round(tokens * steps)
+    choice.call_seconds = choice.call_table_seconds = float(steps)
+    choice.copy_seconds = copy_seconds * steps
+
+
+def test_a_copy_step_verifies_the_lookup_chain_that_continues_the_copys_draft_where_it_pays(tiny_dmtd):
+    from mtpedge.runtime.cost_table import CostTable
+
+    _, _, bundle = tiny_dmtd
+    engine = Engine.load(bundle, threads=1)
+    context = [5, 6, 7, 8, 9, 10, 11, 5]  # the root is 5; the copy drafts 6: "5 6" was followed by "7 8 9 ..."
+    engine.cost_table = CostTable.flat(engine.manifest).with_seconds({1: 1.0, 8: 1.0})  # width is free
+    choice = make_drafter("dmtd-spec", engine).choice
+    assert choice.copy_chain(context, 5, [6], 0.9, room=7).tolist() == [5, 6, 7, 8, 9, 10, 11, 5]
+    assert choice.copy_chain(context, 5, [6], 0.9, room=3).tolist() == [5, 6, 7, 8]
+    assert choice.copy_chain([1, 2, 3, 5], 5, [6], 0.9, room=7).tolist() == [5, 6]  # nothing continues "5 6"
+    engine.cost_table = CostTable.flat(engine.manifest).with_seconds({1: 1.0, 2: 1.1, 8: 3.0})  # width is dear
+    choice = make_drafter("dmtd-spec", engine).choice
+    assert choice.copy_chain(context, 5, [6], 0.9, room=7).tolist() == [5, 6]  # the draft pays, the rest does not
+    assert choice.copy_chain(context, 5, [6], 0.05, room=7).tolist() == [5]  # an unlikely draft is not verified
+
+
+def test_a_copy_step_teaches_the_copys_rates_and_the_continuations_apart(tiny_dmtd):
+    from types import SimpleNamespace
+
+    from mtpedge.runtime.tree import DraftTree
+
+    _, _, bundle = tiny_dmtd
+    engine = Engine.load(bundle, threads=1)
+    choice = make_drafter("dmtd-spec", engine).choice  # no cost table: flat, the continuation fills the room
+    chain = choice.copy_chain([5, 6, 7, 8, 9, 10, 11, 5], 5, [6], 0.9, room=4)
+    assert chain.tolist() == [5, 6, 7, 8, 9]
+    # the copy's 6 and the continuation's 7 were accepted, its 8 was not (9 never got its turn)
+    choice.observe(DraftTree(chain, np.arange(-1, 4)), SimpleNamespace(seconds=0.01), [0, 1, 2])
+    assert choice.copy_rate.hits[1] == choice.copy_rate.tries[1] == 1
+    assert choice.continuation.tries[1:4].tolist() == [1, 1, 0] and choice.continuation.hits[1:4].tolist() == [1, 0, 0]
+    assert choice.steps["copy"] == 1 and choice.copy_tokens == 3
 
 
 @pytest.mark.parametrize("tau", [1, 2, 3, 4])

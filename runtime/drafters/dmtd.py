@@ -14,10 +14,14 @@ one call per step already runs the base graph over the step's tokens, which give
 
     dmtd-spec (LOSSLESS)  the tokens the last call verified enter the copy as heads (thinking copy, then the
                           draft graph), and in the same draft call the root, from its embedding alone, drafts the
-                          first token; `draft_len - 1` one-row calls draft the rest of the chain. The base graph
-                          verifies the chain: the output is the base model's, whatever the drafts. A step whose
-                          prompt-lookup chain promises more tokens per second verifies that chain instead and
-                          skips the copy (lookup_or_copy.py); its tokens enter the copy at the next copy step.
+                          first token; `draft_len - 1` one-row calls draft the rest of the chain, and the
+                          lookup chain of the context and the drafts continues it where that pays for the wider
+                          call. The base graph verifies the chain: the output is the base model's, whatever the
+                          drafts. A step whose prompt-lookup chain promises more tokens per second verifies that
+                          chain instead and skips the copy (lookup_or_copy.py); its tokens enter the copy at the
+                          next copy step. Chains, not trees: a sibling's row is not plain decoding's, so a second
+                          choice of the copy would count only through the loop's carried drafts, whose rows the
+                          copy never sees as heads.
     dmtd (LOSSY)          the paper's inference: from the prompt's last position on, every τ-th position is a
                           head. A step's chain is the τ tokens up to the next head, drafted from embeddings; the
                           loop's call runs them through the base graph (their tapped states), the copy re-runs
@@ -41,6 +45,7 @@ import numpy as np
 from ..bundle import BundleError, GraphEntry, bundle_file
 from ..contract import LAYER_HIDDEN
 from ..tree import DraftTree
+from ..tree_build import softmax_rows
 from .base import Drafter, option
 from .lookup import STATIC_HELP, static_table
 from .lookup_or_copy import LookupOrCopy
@@ -170,17 +175,21 @@ class DmtdSpecDrafter(CopyDrafter):
             chain = self.choice.lookup_chain(context_ids, root, chain_room)
             if chain is not None:
                 return DraftTree(chain, np.arange(-1, len(chain) - 1)), None
-        tokens = [root]
         drafts = min(self.draft_len, room)
-        if drafts > 0:
-            started = time.perf_counter()
-            tokens += self._draft(root, drafts)
-            if self.choice is not None:
-                self.choice.copy_ran(time.perf_counter() - started)
-        return DraftTree(np.asarray(tokens), np.arange(-1, len(tokens) - 1)), None
+        if drafts <= 0:
+            return DraftTree.single(root), None
+        started = time.perf_counter()
+        tokens, first_prob = self._draft(root, drafts)
+        if self.choice is None:
+            chain = np.asarray([root, *tokens])
+        else:
+            self.choice.copy_ran(time.perf_counter() - started)
+            chain = self.choice.copy_chain(context_ids, root, tokens, first_prob, chain_room)
+        return DraftTree(chain, np.arange(-1, len(chain) - 1)), None
 
-    def _draft(self, root: int, drafts: int) -> list[int]:
-        """The copy's chain after the root: the verified tokens enter as heads, then the root from its embedding."""
+    def _draft(self, root: int, drafts: int) -> tuple[list[int], float]:
+        """The copy's chain after the root (the verified tokens enter as heads, then the root from its embedding),
+        and the copy's probability of its first token."""
         embed = self.engine.embed
         heads = self._heads
         while len(heads) + 1 > self.copy_width:  # heads piled up over lookup steps: into the copy in chunks
@@ -189,14 +198,15 @@ class DmtdSpecDrafter(CopyDrafter):
         if self.think is not None and len(heads):
             heads = self.run(self.think, heads).layer_hidden
         # one call: the verified tokens as heads (kept) + the root from its embedding alone (dropped below)
-        logits = self.run(self.decode, np.concatenate([heads, embed(np.array([root]))])).logits
-        tokens = [int(self.shortlist[np.argmax(logits[-1])])]
+        probs = softmax_rows(self.run(self.decode, np.concatenate([heads, embed(np.array([root]))])).logits[-1:])[0]
+        first = int(np.argmax(probs))
+        tokens = [int(self.shortlist[first])]
         for _ in range(drafts - 1):
             logits = self.run(self.decode, embed(np.array(tokens[-1:]))).logits
             tokens.append(int(self.shortlist[np.argmax(logits[0])]))
         self.decode.cache.truncate(self.engine.cache.n_past)  # keep the heads, up to the root's position
         self._heads = self._heads[:0]
-        return tokens
+        return tokens, float(probs[first])
 
     def observe(self, tree: DraftTree, out: GraphOutput, path: list[int]) -> None:
         if self.draft_len:  # the verified tokens become heads in the next copy call

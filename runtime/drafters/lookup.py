@@ -89,13 +89,19 @@ class NgramSource:
         prior = MATCH_CLASS_PRIORS.get((min(n, 3), streak) if isinstance(n, int) else match_class)
         return DepthRates(self.length) if prior is None else DepthRates(self.length, prior, PRIOR_WEIGHT)
 
-    def pool(self, context_ids: Sequence[int], root: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def candidates(self, context_ids: Sequence[int]) -> tuple[tuple[int | str, bool], list[np.ndarray]]:
+        """The match class and the continuations of the context's end (the context's, else the static table's);
+        no rates change."""
         n, found = ngram_match(context_ids, self.max_ngram, self.min_ngram, self.length, self.branches)
-        match_class = self.match_class(n)
         if self.static is not None and n < STATIC_BELOW:
             static_n, chain = self.static.chain(context_ids, self.length)
             if static_n:
-                match_class, found = self.match_class(static_n, static=True), [chain]
+                return self.match_class(static_n, static=True), [chain]
+        return self.match_class(n), found
+
+    def pool(self, context_ids: Sequence[int], root: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The candidates as a scored pool under the root; their class's rates become the ones `record` updates."""
+        match_class, found = self.candidates(context_ids)
         if match_class not in self.classes:
             self.classes[match_class] = self.new_rates(match_class)
         self.rates = self.classes[match_class]

@@ -17,7 +17,7 @@ from ..cost_table import CostTable
 from ..static_ngrams import StaticNgrams
 from ..tree import DraftTree
 from ..tree_build import select_tree_scored
-from ..tree_sizing import CallCosts, size_tree
+from ..tree_sizing import CallCosts, HostCost, size_tree
 from .lookup import NgramSource
 
 if TYPE_CHECKING:
@@ -28,17 +28,25 @@ if TYPE_CHECKING:
 # 28.5% of the time over 1,374 steps of 14 tuning questions on the fast DMTD bundle
 # (benchmarks/results/dmtd/README.md, twenty-fifth and twenty-sixth sessions)
 COPY_ACCEPTANCE_PRIOR = (0.3,)
+# the lookup chain that continues the copy's draft: P(accepted | parent accepted) at its depths 1, 2, 3+ before a
+# run's evidence (worth 4 tries). On 39 tuning answers (628 copy steps), where the copy's first draft was right
+# and a chain existed, its first token was right 28% of the time, the second 49% after the first, the third 59%
+# (benchmarks/results/dmtd/session29/copy_steps_sim.log)
+CONTINUATION_PRIOR = (0.28, 0.5, 0.6)
 
 
 class LookupOrCopy:
     """Per step, the prompt-lookup chain or the copy's draft, whichever promises more tokens per second.
 
     Expected tokens: 1 + the chain's estimated acceptance probabilities (lookup.NgramSource's rates per match class,
-    the chain cut by tree_sizing.size_tree to what pays for its call), against 1 + the copy chain's, from its running
-    acceptance rates per depth. Seconds: the cost table's call of the chain's width (corrected by the run's calls),
-    against its width-(draft_len + 1) call plus the copy's calls, measured in this run and scaled to the table's
-    units by the base calls beside them. A lookup step skips the copy's calls; the tokens it verifies enter the
-    copy as heads at the next copy step.
+    the chain cut by tree_sizing.size_tree to what pays for its call), against the tokens the copy steps of this run
+    gained on average (1 + the copy's prior acceptance before any). Seconds: the cost table's call of the chain's
+    width (corrected by the run's calls), against the copy steps' calls plus the copy's own, measured in this run
+    and scaled to the table's units by the base calls beside them. A lookup step skips the copy's calls; the tokens
+    it verifies enter the copy as heads at the next copy step.
+
+    A copy step's chain goes on past the copy's draft with the lookup chain of the context and the draft
+    (`copy_chain`): a longer call, which verifies more than the copy drafts.
 
     The lookup rates also learn from the chains not taken: once the step after a copy step shows the tokens that
     followed, the chain the copy was preferred to is scored against them. Without that a match class whose prior
@@ -58,7 +66,11 @@ class LookupOrCopy:
     def reset(self) -> None:
         self.source.reset()
         self.copy_rate = DepthRates(self.draft_len, COPY_ACCEPTANCE_PRIOR, prior_weight=4.0)
-        self.copy_seconds = self.call_seconds = 0.0  # running sums over copy steps: the copy's, the base call's
+        self.continuation = DepthRates(self.source.length, CONTINUATION_PRIOR, prior_weight=4.0)
+        # running sums over copy steps: the copy's seconds, the base call's, the table's for that call, the tokens
+        self.copy_seconds = self.call_seconds = self.call_table_seconds = 0.0
+        self.copy_tokens = 0
+        self._drafted = 0  # the copy's drafts in this copy step's chain (the continuation follows them)
         self.looked_up = False  # the current step verifies a lookup chain
         self.steps = dict.fromkeys(self.steps, 0)
         self._untaken: tuple[np.ndarray, int] | None = None  # a chain the copy was preferred to; its context length
@@ -74,13 +86,40 @@ class LookupOrCopy:
         table = self.costs.current
         chain = size_tree(scores[1:], table)
         if self.call_seconds:  # else the copy's cost is not measured yet: it drafts
-            copy_seconds = table.cost(self.draft_len + 1) * (1 + self.copy_seconds / self.call_seconds)
-            copy_tokens = 1 + self.copy_rate.chain_scores(self.draft_len).sum()
-            if chain.candidates and chain.tokens_per_s > copy_tokens / copy_seconds:
+            if chain.candidates and chain.tokens_per_s > self._copy_tokens_per_s():
                 self.looked_up = True
                 return tokens[: chain.candidates + 1]
         self._untaken = tokens, len(context_ids)
         return None
+
+    def _copy_tokens_per_s(self) -> float:
+        """The copy steps' tokens per second of table time so far (their tokens from a prior worth 4 steps)."""
+        steps = self.steps["copy"]
+        prior = 1 + self.copy_rate.chain_scores(self.draft_len).sum()
+        tokens = (self.copy_tokens + 4 * prior) / (steps + 4)
+        return tokens / (self.call_table_seconds / steps + self._copy_cost())
+
+    def _copy_cost(self) -> float:
+        """The copy's seconds per copy step in the table's units (0 before any copy step)."""
+        if not self.call_seconds:
+            return 0.0
+        return self.copy_seconds / self.call_seconds * self.call_table_seconds / self.steps["copy"]
+
+    def copy_chain(self, context_ids: Sequence[int], root: int, drafts: Sequence[int], first_prob: float,
+                   room: int) -> np.ndarray:
+        """The chain a copy step verifies: the root, the copy's drafts, then the lookup chain of the context and the
+        drafts (context_ids ends with the root). Scored as acceptance probabilities: the copy's probability of
+        its first draft (its softmax is near calibrated: 0.86 right where it was above 0.7, 0.18 at 0.2-0.3, on
+        the same tuning answers), times its later drafts' and then the continuation's running rates; cut to what
+        pays for the call, the copy's seconds counted as spent."""
+        room = max(room, 0)
+        _, found = self.source.candidates([*context_ids, *drafts])
+        after = found[0][: max(0, room - len(drafts))] if found else np.zeros(0, dtype=np.int64)
+        scores = first_prob * np.concatenate([[1.0], self.copy_rate.chain_scores(len(drafts) - 1)])
+        scores = np.concatenate([scores, scores[-1] * self.continuation.chain_scores(after.size)])
+        kept = size_tree(scores[:room], self.costs.current, host=HostCost(fixed=self._copy_cost())).candidates
+        self._drafted = len(drafts)
+        return np.asarray([root, *drafts, *after][: kept + 1], dtype=np.int64)
 
     def _score_untaken(self, context_ids: Sequence[int]) -> None:
         """Record the untaken chain's acceptance against the tokens that followed its root (as deep as they go)."""
@@ -106,6 +145,11 @@ class LookupOrCopy:
         elif len(tree) > 1:
             self.steps["copy"] += 1
             self.call_seconds += out.seconds
+            self.call_table_seconds += self.costs.table.cost(self.costs.table.width_for(len(tree)))
+            self.copy_tokens += len(path)
             depths = np.arange(1, len(tree))
-            self.copy_rate.record(depths, depths <= len(path), depths < len(path))
+            copy = depths <= self._drafted
+            self.copy_rate.record(depths[copy], depths[copy] <= len(path), depths[copy] < len(path))
+            after = depths[~copy] - self._drafted
+            self.continuation.record(after, depths[~copy] <= len(path), depths[~copy] < len(path))
             self.source.streak = False
