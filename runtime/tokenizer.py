@@ -78,6 +78,13 @@ class TextTokenizer:
         """Token -> id, special tokens included."""
         return self.tokenizer.get_vocab(with_added_tokens=True)
 
+    @cached_property
+    def fingerprint(self) -> str:
+        """The vocabulary's identity, which a static n-gram table is checked against (computed once: ~30 ms)."""
+        from .static_ngrams import vocab_fingerprint
+
+        return vocab_fingerprint(self.vocab())
+
     @property
     def has_chat_template(self) -> bool:
         return self._template is not None

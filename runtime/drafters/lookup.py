@@ -28,7 +28,7 @@ import numpy as np
 from ..acceptance import DepthRates
 from ..bundle import bundle_file
 from ..ngram import ngram_match
-from ..static_ngrams import EXTRAS_KEY, StaticNgrams, StaticNgramsError, shipped_table, vocab_fingerprint
+from ..static_ngrams import EXTRAS_KEY, StaticNgrams, StaticNgramsError, shipped_table
 from ..tree import DraftTree, node_depths
 from ..tree_build import chain_pool, select_tree, select_tree_scored
 from .base import Drafter, option, sizer_for, width_for
@@ -185,7 +185,7 @@ def static_table(option: str, engine: Engine) -> StaticNgrams | None:
     bundle's copy (export writes one where a table ships for the tokenizer), else the shipped table itself."""
     if option == "none":
         return None
-    fingerprint = vocab_fingerprint(engine.tokenizer.vocab())
+    fingerprint = engine.tokenizer.fingerprint
     in_bundle = engine.manifest.extras.get(EXTRAS_KEY)
     if option == "auto" and in_bundle is None:  # a bundle exported before tables were copied in
         return shipped_table(fingerprint, engine.config.vocab_size)

@@ -29,9 +29,9 @@ if TYPE_CHECKING:
 # (benchmarks/results/dmtd/README.md, twenty-fifth and twenty-sixth sessions)
 COPY_ACCEPTANCE_PRIOR = (0.3,)
 # the lookup chain that continues the copy's draft: P(accepted | parent accepted) at its depths 1, 2, 3+ before a
-# run's evidence (worth 4 tries). On 39 tuning answers (628 copy steps), where the copy's first draft was right
-# and a chain existed, its first token was right 28% of the time, the second 49% after the first, the third 59%
-# (benchmarks/results/dmtd/session29/copy_steps_sim.log)
+# run's evidence (worth 4 tries). On 39 tuning answers (715 copy steps), where the copy's first draft was right and
+# a chain went on from it, its first token was right 29% of the time, the second 47% after the first, the third
+# 61% (benchmarks/results/dmtd/session29/copy_steps_sim.log; rounded)
 CONTINUATION_PRIOR = (0.28, 0.5, 0.6)
 
 
@@ -109,7 +109,7 @@ class LookupOrCopy:
                    room: int) -> np.ndarray:
         """The chain a copy step verifies: the root, the copy's drafts, then the lookup chain of the context and the
         drafts (context_ids ends with the root). Scored as acceptance probabilities: the copy's probability of
-        its first draft (its softmax is near calibrated: 0.86 right where it was above 0.7, 0.18 at 0.2-0.3, on
+        its first draft (its softmax is near calibrated: 0.89 right where it was above 0.7, 0.18 at 0.2-0.3, on
         the same tuning answers), times its later drafts' and then the continuation's running rates; cut to what
         pays for the call, the copy's seconds counted as spent."""
         room = max(room, 0)
