@@ -138,6 +138,7 @@ def test_a_copy_step_verifies_the_lookup_chain_that_continues_the_copys_draft_wh
 def test_a_copy_step_teaches_the_copys_rates_and_the_continuations_apart(tiny_dmtd):
     from types import SimpleNamespace
 
+    from mtpedge.runtime.cost_table import CostTable
     from mtpedge.runtime.tree import DraftTree
 
     _, _, bundle = tiny_dmtd
@@ -150,6 +151,12 @@ def test_a_copy_step_teaches_the_copys_rates_and_the_continuations_apart(tiny_dm
     assert choice.copy_rate.hits[1] == choice.copy_rate.tries[1] == 1
     assert choice.continuation.tries[1:4].tolist() == [1, 1, 0] and choice.continuation.hits[1:4].tolist() == [1, 0, 0]
     assert choice.steps["copy"] == 1 and choice.copy_tokens == 3
+    # a copy step whose draft did not pay for a wider call still counts: its copy calls ran
+    engine.cost_table = CostTable.flat(engine.manifest).with_seconds({1: 1.0, 8: 3.0})
+    choice = make_drafter("dmtd-spec", engine).choice
+    assert choice.copy_chain([1, 2, 3, 5], 5, [6], 0.05, room=4).tolist() == [5]
+    choice.observe(DraftTree.single(5), SimpleNamespace(seconds=0.01), [0])
+    assert choice.steps["copy"] == 1 and choice.copy_tokens == 1 and choice.copy_rate.tries.sum() == 0
 
 
 @pytest.mark.parametrize("tau", [1, 2, 3, 4])

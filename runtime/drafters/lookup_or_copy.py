@@ -70,7 +70,7 @@ class LookupOrCopy:
         # running sums over copy steps: the copy's seconds, the base call's, the table's for that call, the tokens
         self.copy_seconds = self.call_seconds = self.call_table_seconds = 0.0
         self.copy_tokens = 0
-        self._drafted = 0  # the copy's drafts in this copy step's chain (the continuation follows them)
+        self._drafted = 0  # the copy's drafts this step (0: no copy step); the continuation follows them
         self.looked_up = False  # the current step verifies a lookup chain
         self.steps = dict.fromkeys(self.steps, 0)
         self._untaken: tuple[np.ndarray, int] | None = None  # a chain the copy was preferred to; its context length
@@ -142,7 +142,7 @@ class LookupOrCopy:
         if self.looked_up:
             self.steps["lookup"] += 1
             self.source.record(tree, np.ones(len(tree), dtype=bool), path)
-        elif len(tree) > 1:
+        elif self._drafted:  # a copy step, even one whose drafts did not pay for a wider call
             self.steps["copy"] += 1
             self.call_seconds += out.seconds
             self.call_table_seconds += self.costs.table.cost(self.costs.table.width_for(len(tree)))
@@ -153,3 +153,4 @@ class LookupOrCopy:
             after = depths[~copy] - self._drafted
             self.continuation.record(after, depths[~copy] <= len(path), depths[~copy] < len(path))
             self.source.streak = False
+            self._drafted = 0
