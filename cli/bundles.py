@@ -14,7 +14,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from mtpedge.runtime.bundle import BUNDLE_VERSION, MANIFEST, read_manifest
+from mtpedge.runtime.bundle import BUNDLE_VERSION, MANIFEST, BundleError, bundle_file, read_manifest
 from mtpedge.runtime.cache import cache_root
 from mtpedge.runtime.cost_table import decode_widths
 from mtpedge.runtime.kernels import NATIVE_LABEL, RECIPE_VERSION, native_kernels_pay
@@ -166,6 +166,8 @@ def _why_reexport(folder: Path, model: str | None, mtp: bool, dmtd: bool, fast: 
         return "holds the DMTD copy's graphs at another precision than this mtpedge exports"
     if model is None and not mtp and not dmtd and _lacks_shipped_masks(folder):
         return "predates the learned masks shipped for the default model"
+    if model is None and _predates_shipped_table(folder):
+        return "holds another static n-gram table than the one shipped for the default model (or none)"
     if fast and _recipe_differs(folder):
         return ("was made by another fast recipe than this mtpedge's (its manifest's quantization config or kernels "
                 "recipe differs)")
@@ -236,6 +238,33 @@ def _predates_shipped_adapter(folder: Path) -> bool:
         return False
     recorded = (read_manifest(folder).extras.get("mtp") or {}).get("checkpoint_sha256")
     return recorded != hashlib.sha256(DEFAULT_ADAPTER.read_bytes()).hexdigest()
+
+
+def _predates_shipped_table(folder: Path) -> bool:
+    """A default-model bundle whose copy of the static n-gram table (runtime/static_ngrams.py) is not the one this
+    installation ships for its tokenizer, or that has no copy where one ships: `lookup` reads the bundle's copy
+    (the Android engine only that), so an upgraded table reaches a cached bundle only by export."""
+    from mtpedge.runtime.static_ngrams import EXTRAS_KEY, SHIPPED_DIR, StaticNgrams, shipped_file, vocab_fingerprint
+
+    shipped = {hashlib.sha256(path.read_bytes()).hexdigest() for path in SHIPPED_DIR.glob("*-ngrams.npz")}
+    manifest = read_manifest(folder)
+    if copy := manifest.extras.get(EXTRAS_KEY):
+        try:
+            path = bundle_file(folder, copy)
+            if hashlib.sha256(path.read_bytes()).hexdigest() in shipped:
+                return False
+            return shipped_file(StaticNgrams.load(path).vocab) is not None
+        except (OSError, ValueError, BundleError):  # a missing or damaged copy (StaticNgramsError is a ValueError)
+            return True
+    if not shipped:
+        return False
+    try:
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_file(str(bundle_file(folder, manifest.tokenizer.file)))
+    except Exception:  # no readable tokenizer (the tokenizers library raises its own type): loading names it
+        return False
+    return shipped_file(vocab_fingerprint(tokenizer.get_vocab(with_added_tokens=True))) is not None
 
 
 def _lacks_shipped_masks(folder: Path) -> bool:

@@ -45,6 +45,7 @@ def test_without_a_bundle_a_gguf_model_gets_the_fast_bundle_and_float32_is_one_f
     exported = []
     monkeypatch.setattr(writer, "export_bundle", _fake_export(exported))
     monkeypatch.setattr(bundles, "_lacks_shipped_masks", lambda folder: False)
+    monkeypatch.setattr(bundles, "_predates_shipped_table", lambda folder: False)  # the fake manifests hold none
     monkeypatch.setattr(bundles, "_recipe_differs", lambda folder: False)
     monkeypatch.setattr(bundles, "_other_decode_widths", lambda folder: None)
     fast = bundles.ensure_bundle(None, None, 1024, say=lambda _: None)

@@ -112,6 +112,7 @@ def test_a_cached_fast_bundle_of_another_recipe_is_re_exported(tmp_path, monkeyp
 
     monkeypatch.setenv("MTPEDGE_CACHE", str(tmp_path))
     monkeypatch.setattr(bundles, "_lacks_shipped_masks", lambda folder: False)
+    monkeypatch.setattr(bundles, "_predates_shipped_table", lambda folder: False)  # the fake manifests hold none
     monkeypatch.setattr(bundles, "_other_decode_widths", lambda folder: None)  # checked on its own
     exported = []
     monkeypatch.setattr(writer, "export_bundle", lambda model, folder, config, progress: exported.append(folder))

@@ -155,6 +155,34 @@ def test_an_export_copies_the_table_shipped_for_its_tokenizer_into_the_bundle(ti
     assert make_drafter("lookup", Engine.load(quantized, threads=1)).source.static is not None
 
 
+def test_a_cached_default_bundle_is_exported_again_when_another_table_ships_for_its_tokenizer(tiny_model_dir,
+                                                                                              tiny_bundle, tmp_path,
+                                                                                              monkeypatch):
+    """An upgrade that ships a new table reaches a cached bundle by export: the bundle's copy is what `lookup` (and
+    the Android engine) reads. A bundle with no copy where one ships is exported too; one of another tokenizer is
+    left alone."""
+    from mtpedge import bundles
+    from mtpedge.export.bundle_writer import ExportConfig, export_bundle
+    from mtpedge.runtime import static_ngrams
+
+    fingerprint = vocab_fingerprint(Engine.load(tiny_bundle(), threads=1).tokenizer.vocab())
+    shipped = tmp_path / "shipped"
+    build_table([answer([1, 2], [3, 4, 5, 6])] * 2, fingerprint, NgramTableConfig(min_count=1)).save(
+        shipped / "tiny-ngrams.npz")
+    monkeypatch.setattr(static_ngrams, "SHIPPED_DIR", shipped)
+    bundle = export_bundle(tiny_model_dir(), tmp_path / "bundle", ExportConfig(context=64, prefill_width=16,
+                                                                               decode_widths=(1, 8)))
+    assert not bundles._predates_shipped_table(bundle)  # its copy is the shipped table
+    assert bundles._predates_shipped_table(tiny_bundle())  # exported before a table shipped for its tokenizer
+    assert "static n-gram table" in bundles._why_reexport(tiny_bundle(), None, mtp=False, dmtd=False, fast=False)
+    assert bundles._why_reexport(tiny_bundle(), "other.gguf", mtp=False, dmtd=False, fast=False) is None
+    build_table([answer([1, 2], [3, 4, 9, 9])] * 2, fingerprint, NgramTableConfig(min_count=1)).save(
+        shipped / "tiny-ngrams.npz")  # an upgrade shipped another table
+    assert bundles._predates_shipped_table(bundle)
+    monkeypatch.setattr(static_ngrams, "SHIPPED_DIR", tmp_path / "nothing-shipped")  # none ships for its tokenizer
+    assert not bundles._predates_shipped_table(bundle) and not bundles._predates_shipped_table(tiny_bundle())
+
+
 def test_train_ngrams_names_bad_input_before_any_work(tmp_path, capsys):
     from mtpedge.main import main
 
