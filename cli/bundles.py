@@ -14,7 +14,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from mtpedge.runtime.bundle import BUNDLE_VERSION, MANIFEST, BundleError, bundle_file, read_manifest
+from mtpedge.runtime.bundle import BUNDLE_VERSION, MANIFEST, BundleError, bundle_file, files_sha256, read_manifest
 from mtpedge.runtime.cache import cache_root
 from mtpedge.runtime.cost_table import decode_widths
 from mtpedge.runtime.kernels import NATIVE_LABEL, RECIPE_VERSION, native_kernels_pay
@@ -226,7 +226,7 @@ def _predates_shipped_dmtd(folder: Path) -> bool:
     if not DEFAULT_DMTD.is_file():
         return False
     recorded = (read_manifest(folder).extras.get("dmtd") or {}).get("checkpoint_sha256")
-    return recorded != hashlib.sha256(DEFAULT_DMTD.read_bytes()).hexdigest()
+    return recorded != files_sha256([DEFAULT_DMTD])
 
 
 def _predates_shipped_adapter(folder: Path) -> bool:
@@ -237,7 +237,7 @@ def _predates_shipped_adapter(folder: Path) -> bool:
     if not DEFAULT_ADAPTER.is_file():
         return False
     recorded = (read_manifest(folder).extras.get("mtp") or {}).get("checkpoint_sha256")
-    return recorded != hashlib.sha256(DEFAULT_ADAPTER.read_bytes()).hexdigest()
+    return recorded != files_sha256([DEFAULT_ADAPTER])
 
 
 def _predates_shipped_table(folder: Path) -> bool:
@@ -246,15 +246,15 @@ def _predates_shipped_table(folder: Path) -> bool:
     (the Android engine only that), so an upgraded table reaches a cached bundle only by export."""
     from mtpedge.runtime.static_ngrams import EXTRAS_KEY, SHIPPED_DIR, StaticNgrams, shipped_file, vocab_fingerprint
 
-    shipped = {hashlib.sha256(path.read_bytes()).hexdigest() for path in SHIPPED_DIR.glob("*-ngrams.npz")}
+    shipped = {files_sha256([path]) for path in SHIPPED_DIR.glob("*-ngrams.npz")}
     manifest = read_manifest(folder)
     if copy := manifest.extras.get(EXTRAS_KEY):
         try:
-            path = bundle_file(folder, copy)
-            if hashlib.sha256(path.read_bytes()).hexdigest() in shipped:
+            if manifest.files[copy]["sha256"] in shipped:  # recorded by the export
                 return False
+            path = bundle_file(folder, copy)
             return shipped_file(StaticNgrams.load(path).vocab) is not None
-        except (OSError, ValueError, BundleError):  # a missing or damaged copy (StaticNgramsError is a ValueError)
+        except (OSError, KeyError, ValueError, BundleError):  # a missing or damaged copy (or StaticNgramsError)
             return True
     if not shipped:
         return False
