@@ -21,8 +21,12 @@ def run(stops: list[str], deltas: list[str]) -> tuple[str, bool]:
 
 
 def expected(stops: list[str], text: str) -> tuple[str, bool]:
-    cuts = [i for i in (text.find(s) for s in stops) if i >= 0]
-    return (text[: min(cuts)], True) if cuts else (text, False)
+    """The text as it grows one character at a time: cut where the first stop string to complete begins."""
+    for end in range(len(text) + 1):
+        starts = [end - len(s) for s in stops if text[:end].endswith(s)]
+        if starts:
+            return text[: min(starts)], True
+    return text, False
 
 
 def test_a_stop_split_over_deltas_is_held_back_then_cut():
@@ -42,8 +46,11 @@ def test_a_false_start_is_released_later():
     assert matcher.flush() == ""
 
 
-def test_the_earliest_of_several_stops_wins():
+def test_the_first_stop_to_complete_wins_however_the_text_is_split():
     assert run(["cd", "b"], ["abcd"]) == ("a", True)
+    # "\n" completes before "a\n\n" would: generation halts there, whether the text came in one delta or two
+    assert run(["\n", "a\n\n"], ["a\n\n"]) == run(["\n", "a\n\n"], ["a\n", "\n"]) == ("a", True)
+    assert run(["b", "ab"], ["ab"]) == ("", True)  # both complete at once: the longer one, which begins first
 
 
 @pytest.mark.parametrize("text", ["abcabcabd", "xxENDxx", "no stop here", "E", "ENENEND"])

@@ -1,4 +1,4 @@
-"""OpenAI `stop` sequences: cut generated text at the first stop string, even while streaming.
+"""OpenAI `stop` sequences: cut generated text at the first stop string to complete, even while streaming.
 
 A stop string can arrive split over several token deltas, so a streamed delta is released only up to the
 longest tail that could still be the start of a stop string; that tail is held back until the next delta
@@ -27,7 +27,7 @@ class StopText:
         if self.stopped:
             return "", True
         text = self.pending + delta
-        cut = min((i for i in (text.find(s) for s in self.stops) if i >= 0), default=-1)
+        cut = self._first_completed(text)
         if cut >= 0:
             self.pending, self.stopped = "", True
             return text[:cut], True
@@ -39,6 +39,14 @@ class StopText:
         """The held-back tail, released when generation ends without a stop string."""
         text, self.pending = self.pending, ""
         return "" if self.stopped else text
+
+    def _first_completed(self, text: str) -> int:
+        """Where the stop string that `text` completes first begins (-1: none): the match that ends earliest, the
+        longer one on a tie. Generation halts at the first completed stop, so a stop that would begin earlier but
+        end later (stops "\n" and "a\n\n" in "a\n\n") never completes; the earliest *start* would cut the
+        same text differently depending on how it was split into deltas."""
+        found = [(i + len(stop), i) for stop in self.stops if (i := text.find(stop)) >= 0]
+        return min(found)[1] if found else -1
 
     def _partial_tail(self, text: str) -> int:
         """Length of the longest suffix of `text` that is a proper prefix of some stop string."""
