@@ -244,7 +244,7 @@ def _predates_shipped_table(folder: Path) -> bool:
     """A default-model bundle whose copy of the static n-gram table (runtime/static_ngrams.py) is not the one this
     installation ships for its tokenizer, or that has no copy where one ships: `lookup` reads the bundle's copy
     (the Android engine only that), so an upgraded table reaches a cached bundle only by export."""
-    from mtpedge.runtime.static_ngrams import EXTRAS_KEY, SHIPPED_DIR, StaticNgrams, shipped_file, vocab_fingerprint
+    from mtpedge.runtime.static_ngrams import EXTRAS_KEY, SHIPPED_DIR, StaticNgrams, shipped_file
 
     shipped = {files_sha256([path]) for path in SHIPPED_DIR.glob("*-ngrams.npz")}
     manifest = read_manifest(folder)
@@ -258,13 +258,13 @@ def _predates_shipped_table(folder: Path) -> bool:
             return True
     if not shipped:
         return False
-    try:
-        from tokenizers import Tokenizer
+    from mtpedge.runtime.tokenizer import TextTokenizer
 
-        tokenizer = Tokenizer.from_file(str(bundle_file(folder, manifest.tokenizer.file)))
-    except Exception:  # no readable tokenizer (the tokenizers library raises its own type): loading names it
+    try:
+        fingerprint = TextTokenizer(folder, manifest.tokenizer).fingerprint
+    except BundleError:  # an unreadable tokenizer: loading the bundle names it
         return False
-    return shipped_file(vocab_fingerprint(tokenizer.get_vocab(with_added_tokens=True))) is not None
+    return shipped_file(fingerprint) is not None
 
 
 def _lacks_shipped_masks(folder: Path) -> bool:

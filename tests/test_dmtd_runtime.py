@@ -329,6 +329,7 @@ def test_a_cached_fast_dmtd_bundle_with_the_copy_at_another_precision_is_re_expo
     monkeypatch.setattr(bundles, "_predates_shipped_dmtd", lambda folder: False)
     monkeypatch.setattr(bundles, "_recipe_differs", lambda folder: False)
     monkeypatch.setattr(bundles, "_other_decode_widths", lambda folder: None)
+    monkeypatch.setattr(bundles, "_predates_shipped_table", lambda folder: False)  # the fake manifests hold none
     cached(copy_quantization(fast_recipe()).label)
     assert bundles._why_reexport(tmp_path, None, mtp=False, dmtd=True, fast=True) is None
     cached("float32")

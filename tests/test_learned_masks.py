@@ -152,6 +152,7 @@ def test_a_cached_default_bundle_without_the_shipped_masks_is_re_exported(tmp_pa
 
     monkeypatch.setenv("MTPEDGE_CACHE", str(tmp_path))
     monkeypatch.setattr(bundles, "_other_decode_widths", lambda folder: None)  # checked on its own
+    monkeypatch.setattr(bundles, "_predates_shipped_table", lambda folder: False)  # the fake manifests hold none
     exported = []
     monkeypatch.setattr(writer, "export_bundle", lambda model, folder, config, progress: exported.append(folder))
     monkeypatch.setattr(bundles, "read_manifest",  # only the fields the check reads
@@ -195,6 +196,7 @@ def test_the_mtp_drafter_gets_the_default_model_with_the_shipped_adapter_in_its_
                         lambda folder: SimpleNamespace(**json.loads((folder / "manifest.json").read_text())))
     monkeypatch.setattr(bundles, "_recipe_differs", lambda folder: False)  # the fake manifest records no recipe
     monkeypatch.setattr(bundles, "_other_decode_widths", lambda folder: None)
+    monkeypatch.setattr(bundles, "_predates_shipped_table", lambda folder: False)  # the fake manifests hold none
     folder = bundles.ensure_bundle(None, None, 1024, say=lambda _: None, mtp=True)
     fast = bundles.default_bundle_dir(None, 1024, bundles.fast_label())
     assert folder == bundles.default_bundle_dir(None, 1024, f"mtp-{bundles.fast_label()}") != fast

@@ -138,19 +138,20 @@ class LookupOrCopy:
         self.copy_seconds += seconds
 
     def observe(self, tree: DraftTree, out: GraphOutput, path: list[int]) -> None:
-        self.costs.observe(self.costs.table.width_for(len(tree)), out.seconds)
+        width = self.costs.table.width_for(len(tree))
+        self.costs.observe(width, out.seconds)
         if self.looked_up:
             self.steps["lookup"] += 1
             self.source.record(tree, np.ones(len(tree), dtype=bool), path)
         elif self._drafted:  # a copy step, even one whose drafts did not pay for a wider call
             self.steps["copy"] += 1
             self.call_seconds += out.seconds
-            self.call_table_seconds += self.costs.table.cost(self.costs.table.width_for(len(tree)))
+            self.call_table_seconds += self.costs.table.cost(width)
             self.copy_tokens += len(path)
-            depths = np.arange(1, len(tree))
+            depths = np.arange(1, len(tree))  # a chain: node i is at depth i
+            parent_accepted, accepted = depths <= len(path), depths < len(path)
             copy = depths <= self._drafted
-            self.copy_rate.record(depths[copy], depths[copy] <= len(path), depths[copy] < len(path))
-            after = depths[~copy] - self._drafted
-            self.continuation.record(after, depths[~copy] <= len(path), depths[~copy] < len(path))
+            self.copy_rate.record(depths[copy], parent_accepted[copy], accepted[copy])
+            self.continuation.record(depths[~copy] - self._drafted, parent_accepted[~copy], accepted[~copy])
             self.source.streak = False
             self._drafted = 0
