@@ -19,7 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mtpedge.export.quality import HELD_TEXT, PROMPTS, _common_prefix, _prompt_ids, perplexity, sequence_logits  # noqa: E402
-from mtpedge.export.quantize_bundle import QuantConfig, quantize_bundle  # noqa: E402
+from mtpedge.export.quant_config import QuantConfig  # noqa: E402
+from mtpedge.export.quantize_bundle import quantize_bundle  # noqa: E402
 from mtpedge.models.loading import default_model_path  # noqa: E402
 from mtpedge.runtime.engine import Engine  # noqa: E402
 from mtpedge.runtime.generate import generate  # noqa: E402

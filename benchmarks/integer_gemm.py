@@ -4,7 +4,7 @@
 
 FLOAT_BUNDLE is a float32 export of a GGUF model (`mtpedge export --precision float32 --context 512
 --decode-widths 1 --out F` is enough for quality). The script makes DIR/nbits, the fast recipe's MatMulNBits
-graphs (export.quantize_bundle.FAST without fused operators, so that tensor names match the float graphs), then
+graphs (export.quant_config.FAST without fused operators, so that tensor names match the float graphs), then
 one bundle per recipe, each converting nbits' graphs:
   plain       activations quantized per row, weights per column, nothing else
   A           smoothing with alpha A (SmoothQuant), from the channel maxima of calibration data
@@ -106,7 +106,8 @@ def parse_recipe(text: str, maxima: dict[str, np.ndarray]) -> IntegerGemmRecipe:
 def main() -> None:
     from dataclasses import replace
 
-    from mtpedge.export.quantize_bundle import FAST, quantize_bundle
+    from mtpedge.export.quant_config import FAST
+    from mtpedge.export.quantize_bundle import quantize_bundle
     from mtpedge.models.loading import default_model_path
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -2,7 +2,7 @@
 first use.
 
     precision "auto"     a GGUF source (the embedded default model is one) gets the fast bundle: the file's own
-                         4/8-bit grid in MatMulNBits kernels (export.quantize_bundle.FAST); a Hugging Face
+                         4/8-bit grid in MatMulNBits kernels (export.quant_config.FAST); a Hugging Face
                          folder gets float32 (no grid to keep)
     precision "float32"  the traced float32 graphs (parity work, the quality reference)
 """
@@ -34,14 +34,14 @@ FAST_DECODE_WIDTHS = (1, 2, 4, 16)
 # hybrid's 1.33 / 1.58 / 1.76 at widths 4 / 8 / 16 (benchmarks/results/quant/smollm2.md, "One decode width")
 NPU_DECODE_WIDTHS = (16,)
 
-# the cache label of the fast bundle; equal to export.quantize_bundle.FAST.label (tested), written here so that
+# the cache label of the fast bundle; equal to export.quant_config.FAST.label (tested), written here so that
 # a runtime-only install finds a cached fast bundle without importing the export side
 FAST_LABEL = "gguf-a4-down16-lm16-fused"
 
 
 def fast_label() -> str:
     """The fast bundle's label on this machine: FAST_LABEL, + NATIVE_LABEL where mtpedge's kernels pay
-    (export.quantize_bundle.fast_recipe)."""
+    (export.quant_config.fast_recipe)."""
     return FAST_LABEL + (NATIVE_LABEL if native_kernels_pay() else "")
 DMTD_DRAFTERS = ("dmtd-spec", "dmtd")  # drafters that run on a DMTD bundle (runtime/drafters/dmtd.py)
 
@@ -122,7 +122,7 @@ def ensure_bundle(bundle: str | None, model: str | None, context: int, say=print
 def _fast_export_fields(context: int) -> dict:
     """What makes an export of `context` positions the fast bundle, as fields of ExportConfig and DmtdExportConfig
     alike: the recipe, the context buckets and the decode widths."""
-    from mtpedge.export.quantize_bundle import fast_recipe
+    from mtpedge.export.quant_config import fast_recipe
 
     return {"quantization": fast_recipe(), "context_buckets": fast_buckets(context),
             "decode_widths": FAST_DECODE_WIDTHS}
@@ -194,12 +194,10 @@ def _other_version(folder: Path) -> bool:
 
 def _recipe_differs(folder: Path) -> bool:
     """A cached fast bundle whose recorded quantization config (manifest extras) is not this mtpedge's fast recipe
-    (export.quantize_bundle.fast_recipe): recipes that differ in operators or graph layout share the folder's label. A
-    runtime-only install cannot re-export, so there it keeps the cached bundle."""
-    try:
-        from mtpedge.export.quantize_bundle import fast_recipe
-    except ImportError:
-        return False
+    (export.quant_config.fast_recipe): recipes that differ in operators or graph layout share the folder's label. A
+    runtime-only install cannot re-export: ensure_bundle then keeps the cached bundle."""
+    from mtpedge.export.quant_config import fast_recipe
+
     quantization = read_manifest(folder).extras.get("quantization") or {}
     recipe = fast_recipe()
     if recipe.kernels == "mtpedge" and quantization.get("kernels_recipe") != RECIPE_VERSION:
@@ -208,20 +206,17 @@ def _recipe_differs(folder: Path) -> bool:
 
 
 def _copy_recipe_differs(folder: Path) -> bool:
-    """A cached fast DMTD bundle whose copy graphs are not at export.dmtd_bundle.copy_quantization's label (a
-    runtime-only install cannot re-export: it keeps the bundle)."""
-    try:
-        from mtpedge.export.dmtd_bundle import copy_quantization
-        from mtpedge.export.quantize_bundle import fast_recipe
-    except ImportError:
-        return False
+    """A cached fast DMTD bundle whose copy graphs are not at export.quant_config.copy_quantization's label (a
+    runtime-only install cannot re-export: ensure_bundle then keeps the bundle)."""
+    from mtpedge.export.quant_config import copy_quantization, fast_recipe
+
     entries = (read_manifest(folder).extras.get("dmtd") or {}).get("draft_graphs") or [{}]
     return entries[0].get("precision") != copy_quantization(fast_recipe()).label
 
 
 def _predates_shipped_dmtd(folder: Path) -> bool:
     """A -dmtd bundle exported from another DMTD model than the one this installation ships."""
-    from mtpedge.export.dmtd_bundle import DEFAULT_DMTD
+    from mtpedge.export.shipped import DEFAULT_DMTD
 
     if not DEFAULT_DMTD.is_file():
         return False
@@ -232,7 +227,7 @@ def _predates_shipped_dmtd(folder: Path) -> bool:
 def _predates_shipped_adapter(folder: Path) -> bool:
     """A -mtp bundle exported from another multi-token adapter than the one this installation ships (or before
     bundles recorded which)."""
-    from mtpedge.export.mtp_export import DEFAULT_ADAPTER
+    from mtpedge.export.shipped import DEFAULT_ADAPTER
 
     if not DEFAULT_ADAPTER.is_file():
         return False

@@ -78,11 +78,11 @@ def add_precision_arguments(parser: argparse.ArgumentParser, with_auto: bool = T
 
 def quant_config(args: argparse.Namespace, is_gguf: bool):
     """The QuantConfig the precision options ask for, or None for float32 graphs."""
-    from mtpedge.export.quantize_bundle import QuantConfig
+    from mtpedge.export.quant_config import QuantConfig
 
     precision = args.precision
     if precision == "auto" and is_gguf:  # learned masks attach to it too (ExportConfig)
-        from mtpedge.export.quantize_bundle import fast_recipe
+        from mtpedge.export.quant_config import fast_recipe
 
         return _with_kernels(replace(fast_recipe(), quality_report=not args.no_quality_report), args.kernels)
     if precision == "auto":

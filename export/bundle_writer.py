@@ -142,7 +142,7 @@ def _float_or_nbits(config: ExportConfig) -> bool:
     """Whether the graphs stay float32 or become MatMulNBits (not QDQ / QNN). What learned masks and an MTP adapter
     need: masks are host-side embeddings that any graph takes, but a QDQ graph was calibrated without them, and the
     QDQ converter does not handle the adapter's lora_gate input."""
-    from .quantize_bundle import QuantConfig
+    from .quant_config import QuantConfig
 
     return config.target_soc is None and (config.quantization is None or isinstance(config.quantization, QuantConfig))
 
@@ -153,7 +153,7 @@ def _fuses_ops(config: ExportConfig) -> bool:
 
     A float32 bundle keeps standard operators: it is the QDQ converter's input, and fused ops bought it ~1% of a
     width-1 call (benchmarks/results/fast/README.md, section 9)."""
-    from .quantize_bundle import QuantConfig
+    from .quant_config import QuantConfig
 
     quant = config.quantization
     return config.target_soc is None and isinstance(quant, QuantConfig) and quant.fused_ops

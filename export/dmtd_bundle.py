@@ -47,22 +47,15 @@ from .bundle_writer import ExportConfig, export_bundle
 from .fused_ops import fuse_decoder_ops
 from .native_matmul import TILE
 from .onnx_graphs import SharedWeights, check_contract, trace_graph
-from .quantize_bundle import QuantConfig, WeightSource, quantize_graph
+from .quant_config import QuantConfig, copy_quantization
+from .quantize_bundle import WeightSource, quantize_graph
+from .shipped import DEFAULT_DMTD
 from .staging import replace_folder
 
 log = logging.getLogger(__name__)
 
 COPY_FOLDER = "dmtd"
 SHORTLIST_FILE = f"{COPY_FOLDER}/shortlist.npy"
-# the DMTD model shipped for the embedded default model (README "DMTD"), what `--drafter dmtd-spec` / `dmtd`
-# export into the default model's -dmtd cache bundle on first use
-DEFAULT_DMTD = Path(__file__).parent / "data" / "smollm2-135m-instruct-dmtd.pt"
-# the copy's weights and output layer in a quantized DMTD bundle (round-to-nearest blocks: QuantConfig.weights).
-# An int4 head ran as fast within noise and cost 0.02 dmtd-spec τ on 13 tuning questions; the int8 one is also the
-# lossy dmtd's (benchmarks/results/dmtd/README.md, twenty-fifth session)
-COPY_PRECISION = ("int4", "int8")
-
-
 @dataclass(frozen=True)
 class DmtdExportConfig:
     context: int = 1024
@@ -138,13 +131,6 @@ def _shortlist(state: dict, vocab_size: int, size: int) -> np.ndarray:
         raise ValueError(f"the checkpoint ranks {frequent.size} tokens, fewer than the shortlist of {size}: "
                          f"pass a smaller shortlist, or 0 for the whole vocabulary")
     return np.sort(frequent[:size])
-
-
-def copy_quantization(quant: QuantConfig) -> QuantConfig:
-    """The copy's graphs' recipe in a bundle whose base graphs take `quant`: its kernels and operators, on
-    COPY_PRECISION blocks (their label is in the manifest's copy graph entries)."""
-    weights, output_layer = COPY_PRECISION
-    return dataclasses.replace(quant, weights=weights, output_layer=output_layer, quality_report=False)
 
 
 def _write_copy_graphs(model, loaded: LoadedModel, shortlist: np.ndarray, config: DmtdExportConfig, folder: Path,

@@ -28,12 +28,10 @@ from ..models.checkpoint import shipped_or_path
 from ..models.loading import LoadedModel
 from ..models.mtp_adapter import AdapterGraphModule, MtpAdapter
 from ..models.mtp_training import adapter_from_checkpoint, load_checkpoint
+from .shipped import DEFAULT_ADAPTER
 
 log = logging.getLogger(__name__)
 
-# the adapter shipped for the embedded default model (`train-mtp --release-copy`; README "Trained multi-token
-# adapter"), what `--mtp-adapter default` and `generate --drafter mtp` without a bundle use
-DEFAULT_ADAPTER = Path(__file__).parent / "data" / "smollm2-135m-instruct-mtp.pt"
 
 MASKS_FILE = "mtp_masks.npy"
 SAMPLER_FILE = "mtp_sampler.npz"

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .qdq import QdqConfig
-from .quantize_bundle import QuantConfig
+from .quant_config import QuantConfig
 
 Precision = QuantConfig | QdqConfig | None
 

@@ -73,7 +73,7 @@ def test_plain_checkpoints_round_trip(tmp_path):
 
 
 def test_shipped_adapter_loads_safely():
-    from mtpedge.export.mtp_export import DEFAULT_ADAPTER
+    from mtpedge.export.shipped import DEFAULT_ADAPTER
     from mtpedge.models.mtp_training import load_checkpoint
 
     payload = load_checkpoint(DEFAULT_ADAPTER)

@@ -244,8 +244,8 @@ def test_a_quantized_dmtd_bundle_runs_the_copy_on_4_bit_blocks_and_dmtd_spec_sta
 
     import onnx
 
-    from mtpedge.export.dmtd_bundle import COPY_PRECISION, DmtdExportConfig, copy_quantization, export_dmtd_bundle
-    from mtpedge.export.quantize_bundle import QuantConfig
+    from mtpedge.export.dmtd_bundle import DmtdExportConfig, export_dmtd_bundle
+    from mtpedge.export.quant_config import COPY_PRECISION, QuantConfig, copy_quantization
     from mtpedge.runtime.kernels import KernelsUnavailable, library
 
     if kernels == "mtpedge":
@@ -318,8 +318,7 @@ def test_a_cached_fast_dmtd_bundle_with_the_copy_at_another_precision_is_re_expo
     from types import SimpleNamespace
 
     import mtpedge.bundles as bundles
-    from mtpedge.export.dmtd_bundle import copy_quantization
-    from mtpedge.export.quantize_bundle import fast_recipe
+    from mtpedge.export.quant_config import copy_quantization, fast_recipe
 
     def cached(precision: str) -> None:
         extras = {"dmtd": {"draft_graphs": [{"precision": precision}]}}

@@ -8,7 +8,7 @@ import json
 import pytest
 
 import mtpedge.bundles as bundles
-from mtpedge.export.quantize_bundle import FAST, fast_recipe
+from mtpedge.export.quant_config import FAST, fast_recipe
 from mtpedge.runtime.bundle import BUNDLE_VERSION
 
 
@@ -16,10 +16,10 @@ def test_the_fast_label_is_the_fast_config_s(tmp_path, monkeypatch):
     assert FAST.label == bundles.FAST_LABEL
     assert FAST.weights == "gguf"
     assert fast_recipe().label == bundles.fast_label()  # on this machine's kernels, whichever they are
-    import mtpedge.export.quantize_bundle as quantize_bundle
+    import mtpedge.export.quant_config as quant_config
 
     for pays in (True, False):  # mtpedge's kernels where they pay, else onnxruntime's, under distinct labels
-        monkeypatch.setattr(quantize_bundle, "native_kernels_pay", lambda pays=pays: pays)
+        monkeypatch.setattr(quant_config, "native_kernels_pay", lambda pays=pays: pays)
         monkeypatch.setattr(bundles, "native_kernels_pay", lambda pays=pays: pays)
         assert fast_recipe().kernels == ("mtpedge" if pays else "onnxruntime")
         assert fast_recipe().label == bundles.fast_label() == bundles.FAST_LABEL + ("-mtk" if pays else "")
@@ -124,7 +124,8 @@ def test_the_default_bundle_keeps_top1_agreement(smollm2_bundle):
 def test_float_activation_roles_keep_those_matmuls_at_accuracy_level_0(tiny_bundle, tmp_path):
     import onnx
 
-    from mtpedge.export.quantize_bundle import QuantConfig, quantize_bundle
+    from mtpedge.export.quant_config import QuantConfig
+    from mtpedge.export.quantize_bundle import quantize_bundle
 
     config = QuantConfig("int4", block_size=16, accuracy_level=4, float_activation_roles=("down_proj",),
                          quality_report=False)
@@ -143,7 +144,8 @@ def test_fine_activation_roles_run_those_matmuls_on_16_input_blocks_at_level_4(t
     from onnx import TensorProto, helper, numpy_helper
 
     from mtpedge.export.onnx_graphs import SharedWeights
-    from mtpedge.export.quantize_bundle import QuantConfig, WeightSource, quantize_graph
+    from mtpedge.export.quant_config import QuantConfig
+    from mtpedge.export.quantize_bundle import WeightSource, quantize_graph
 
     k = 64
     names = ("mlp.up_proj", "mlp.down_proj")

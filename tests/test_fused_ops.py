@@ -18,7 +18,7 @@ import pytest
 from mtpedge.export.fused_ops import fuse_decoder_ops
 from mtpedge.export.onnx_graphs import trace_graph
 from mtpedge.export.parity import graph_parity, parity_feeds
-from mtpedge.export.quantize_bundle import QuantConfig, fast_recipe
+from mtpedge.export.quant_config import QuantConfig, fast_recipe
 from mtpedge.models.loading import load_model
 from mtpedge.runtime.bundle import BUNDLE_VERSION, read_manifest
 from mtpedge.runtime.contract import CACHE_SLOTS, FUSED_OPS, GraphShape

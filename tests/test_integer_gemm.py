@@ -9,7 +9,8 @@ import pytest
 from gguf import GGMLQuantizationType as Q
 
 from mtpedge.export.integer_gemm import dequantized_weights, int8_columns, to_integer_gemm
-from mtpedge.export.quantize_bundle import QuantConfig, quantize_bundle
+from mtpedge.export.quant_config import QuantConfig
+from mtpedge.export.quantize_bundle import quantize_bundle
 from mtpedge.runtime.bundle import read_manifest
 
 from .test_drafters import assert_quantized_bundle_drafts_losslessly, bundle_ops_and_quality

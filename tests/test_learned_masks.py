@@ -85,7 +85,7 @@ def test_export_attaches_masks_and_hybrid_uses_them_losslessly(tmp_path, tiny):
 
 def test_masks_attach_to_a_quantized_bundle_too_but_not_to_qdq(tmp_path, tiny):
     from mtpedge.export.qdq import QdqConfig
-    from mtpedge.export.quantize_bundle import QuantConfig
+    from mtpedge.export.quant_config import QuantConfig
 
     path = save_masks_file(tmp_path / "m.npz", masks_for(tiny))
     int8 = QuantConfig("int8", block_size=16, quality_report=False)
@@ -131,7 +131,7 @@ def test_masks_for_other_weights_are_refused_with_a_clear_error(tmp_path, tiny, 
 
 def _fake_default_bundle(folder, masks_file: str | None, source_sha256: str, adapter_sha256: str = "") -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    from mtpedge.export.quantize_bundle import fast_recipe
+    from mtpedge.export.quant_config import fast_recipe
 
     # as the fast recipe records it
     from mtpedge.runtime.kernels import RECIPE_VERSION
@@ -181,7 +181,7 @@ def test_the_mtp_drafter_gets_the_default_model_with_the_shipped_adapter_in_its_
 
     import mtpedge.bundles as bundles
     import mtpedge.export.bundle_writer as writer
-    from mtpedge.export.mtp_export import DEFAULT_ADAPTER
+    from mtpedge.export.shipped import DEFAULT_ADAPTER
 
     monkeypatch.setenv("MTPEDGE_CACHE", str(tmp_path))
     exported = []

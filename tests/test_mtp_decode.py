@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from mtpedge.export.bundle_writer import ExportConfig, export_bundle
-from mtpedge.export.quantize_bundle import QuantConfig
+from mtpedge.export.quant_config import QuantConfig
 from mtpedge.models.loading import load_model
 from mtpedge.models.mtp_adapter import MtpAdapter, MtpConfig
 from mtpedge.models.mtp_training import MtpTrainer, TrainConfig, save_checkpoint

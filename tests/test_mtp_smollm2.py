@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from mtpedge.export.mtp_export import DEFAULT_ADAPTER
+from mtpedge.export.shipped import DEFAULT_ADAPTER
 from mtpedge.runtime.drafters import make_drafter
 from mtpedge.runtime.engine import Engine
 from mtpedge.runtime.generate import accepted_drafts, generate

@@ -14,7 +14,8 @@ from onnx import TensorProto, helper
 
 from mtpedge.export.gguf_grid import decompose
 from mtpedge.export.native_matmul import block_matmul_node, half_tables
-from mtpedge.export.quantize_bundle import QuantConfig, quantize_bundle
+from mtpedge.export.quant_config import QuantConfig
+from mtpedge.export.quantize_bundle import quantize_bundle
 from mtpedge.runtime import kernels
 from mtpedge.runtime.bundle import BundleError
 from mtpedge.runtime.engine import Engine

@@ -12,7 +12,8 @@ from onnx import TensorProto, helper, numpy_helper
 from mtpedge.export.block_weights import BlockWeights, quantize_rtn
 from mtpedge.export.gguf_grid import FORMATS, decompose
 from mtpedge.export.matmul_nbits import MatMulRewriter, minima_blocks, weight_matmuls
-from mtpedge.export.quantize_bundle import QuantConfig, quantize_bundle
+from mtpedge.export.quant_config import QuantConfig
+from mtpedge.export.quantize_bundle import quantize_bundle
 from mtpedge.runtime.bundle import read_manifest
 from mtpedge.runtime.engine import Engine
 

@@ -15,7 +15,8 @@ from mtpedge.runtime.row_probe import probe_rows, row_probe_for
 def float_activation_bundle(tiny_bundle, tmp_path_factory):
     """A 4-bit bundle whose MatMuls take float activations (accuracy level 0): MLAS computes a one-row call with
     another kernel than a wider one on every x86 CPU measured (benchmarks/results/fast/README.md, section 8)."""
-    from mtpedge.export.quantize_bundle import QuantConfig, quantize_bundle
+    from mtpedge.export.quant_config import QuantConfig
+    from mtpedge.export.quantize_bundle import quantize_bundle
 
     config = QuantConfig("int4", block_size=16, accuracy_level=0, quality_report=False)
     return quantize_bundle(tiny_bundle("llama"), tmp_path_factory.mktemp("level0") / "b", config)
@@ -31,7 +32,7 @@ def test_fused_operators_over_int8_kernels_compute_a_chain_as_plain_decoding_doe
     weights in 16-input blocks, which MLAS computes alike at every row count on every x86 CPU measured: the rows
     agree, so the recipe does not keep a bundle from drafting by default (runtime/drafters.default_drafter)."""
     from mtpedge.export.bundle_writer import ExportConfig, export_bundle
-    from mtpedge.export.quantize_bundle import QuantConfig
+    from mtpedge.export.quant_config import QuantConfig
     from mtpedge.runtime.bundle import read_manifest
     from mtpedge.runtime.drafters import DEFAULT_DRAFTER, default_drafter
 

@@ -132,7 +132,8 @@ def test_an_export_copies_the_table_shipped_for_its_tokenizer_into_the_bundle(ti
     """Where a table ships for the model's tokenizer, the bundle holds a copy (hashed with its other files), which
     `lookup` reads from there (as the Android engine does); a quantized bundle made from it keeps it."""
     from mtpedge.export.bundle_writer import ExportConfig, export_bundle
-    from mtpedge.export.quantize_bundle import QuantConfig, quantize_bundle
+    from mtpedge.export.quant_config import QuantConfig
+    from mtpedge.export.quantize_bundle import quantize_bundle
     from mtpedge.runtime import static_ngrams
     from mtpedge.runtime.bundle import read_manifest, verify_files
 

@@ -214,7 +214,7 @@ def template_cases() -> dict:
 def default_drafter_cases() -> dict:
     """runtime.drafters.default_drafter on variants of the real SmolLM2 manifest: float32, the fast recipe, a 4-bit
     recipe with float activations, QDQ / QNN with several decode graphs and with one."""
-    from mtpedge.export.quantize_bundle import FAST
+    from mtpedge.export.quant_config import FAST
     from mtpedge.runtime.drafters import default_drafter
 
     base = json.loads((COMMITTED / "manifest_smollm2.json").read_text())

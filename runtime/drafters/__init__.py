@@ -73,7 +73,7 @@ def single_decode_graph(manifest) -> bool:
 
 
 def _rows_width_invariant(config: dict) -> bool:
-    """A quantized bundle's recipe (export.quantize_bundle.QuantConfig as a dict) keeps rows width-invariant."""
+    """A quantized bundle's recipe (export.quant_config.QuantConfig as a dict) keeps rows width-invariant."""
     four_bit = config.get("weights") in ("gguf", "int4") or config.get("output_layer") == "int4"
     int8_activations = not four_bit or (config.get("accuracy_level") == 4 and not config.get("float_activation_roles"))
     return int8_activations
