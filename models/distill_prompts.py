@@ -227,41 +227,54 @@ def prompt_set(count: int) -> list[str]:
             for i in range(count)]
 
 
-def _numbered_walk(templates: tuple[str, ...], fills: tuple[str, ...], key: str, count: int) -> list[str]:
-    """`count` distinct template x fill prompts: round r gives every fill one template, fill f's template being
-    (7 f + r) mod T, so neighbours differ and no fill meets the same template twice within T rounds."""
+def _numbered_walk(templates: tuple[str, ...], fills: tuple[str, ...], key: str, count: int,
+                   seed: int | None = None, family: str = "") -> list[str]:
+    """`count` distinct template x fill prompts of a walk over all of them: round r gives every fill one template,
+    fill f's template being (7 f + r) mod T, so neighbours differ and no fill meets the same template twice within
+    T rounds. seed None: the walk's first `count`; a seed: `count` of the whole walk drawn by it (a stream of its own
+    per `family`), in walk order, so that plans of other seeds ask mostly other prompts."""
     total = len(templates) * len(fills)
     if count > total:
         raise ValueError(f"only {total} {key} prompts exist, {count} were asked for")
+    if seed is None:
+        picked = range(count)
+    else:
+        picked = np.sort(_pick(seed, family or key).choice(total, size=count, replace=False))
     out = []
-    for i in range(count):
-        round_, f = divmod(i, len(fills))
+    for i in picked:
+        round_, f = divmod(int(i), len(fills))
         out.append(templates[(7 * f + round_) % len(templates)].format(**{key: fills[f]}))
     return out
 
 
-def topic_prompts(count: int) -> list[str]:
-    return _numbered_walk(TASKS, TOPICS, "topic", count)
+def _pick(seed: int, salt: str) -> np.random.Generator:
+    """The generator that picks a seed's subset of one prompt family (each family its own stream)."""
+    return np.random.default_rng([seed, *salt.encode()])
 
 
-def question_writing_prompts(count: int) -> list[str]:
-    return _numbered_walk(QUESTION_WRITING, TOPICS, "topic", count)
+def topic_prompts(count: int, seed: int | None = None) -> list[str]:
+    return _numbered_walk(TASKS, TOPICS, "topic", count, seed)
 
 
-def code_prompts(count: int) -> list[str]:
-    return _numbered_walk(CODE_FORMS, CODE_TASKS, "task", count)
+def question_writing_prompts(count: int, seed: int | None = None) -> list[str]:
+    return _numbered_walk(QUESTION_WRITING, TOPICS, "topic", count, seed, family="question writing")
 
 
-def role_prompts(count: int) -> list[str]:
-    return _numbered_walk(ROLE_SCENES, ROLES, "role", count)
+def code_prompts(count: int, seed: int | None = None) -> list[str]:
+    return _numbered_walk(CODE_FORMS, CODE_TASKS, "task", count, seed)
 
 
-def translation_prompts(count: int) -> list[str]:
+def role_prompts(count: int, seed: int | None = None) -> list[str]:
+    return _numbered_walk(ROLE_SCENES, ROLES, "role", count, seed)
+
+
+def translation_prompts(count: int, seed: int | None = None) -> list[str]:
+    """`count` of the sentence x language pairs: a fixed shuffle's first `count`, or a seed's draw of them."""
     pairs = [f"Translate into {lang}: \"{s}\"" for s in SENTENCES for lang in LANGUAGES]
     if count > len(pairs):
         raise ValueError(f"only {len(pairs)} translation prompts exist, {count} were asked for")
-    order = np.random.default_rng(11).permutation(len(pairs))
-    return [pairs[i] for i in order[:count]]
+    rng = np.random.default_rng(11) if seed is None else _pick(seed, "translation")
+    return [pairs[i] for i in rng.permutation(len(pairs))[:count]]
 
 
 def _distinct(draw: Callable[[], str], count: int) -> list[str]:

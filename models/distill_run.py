@@ -4,7 +4,9 @@ Stages (each needs the previous one's data, so they run in this order):
     questions  "write five questions about {topic}": the answers are data, and their parsed questions become
                prompts of the next stage (the prompts the model writes itself);
     first      the catalogue (`distill_prompts`) plus those self-made questions, shuffled; a seeded share is
-               answered by sampling (temperature `temperature`), the rest greedily;
+               answered by sampling (temperature `temperature`), the rest greedily.
+The plan's seed picks which catalogue prompts both stages ask (the catalogue holds ~2.5x the default plan's), so
+runs of other seeds answer mostly other prompts; until the thirtieth session it only shuffled the same first ones.
     second     on the first stage's finished greedy answers: a follow-up turn about the answer (multi-turn),
                or a task with the answer as its document (summarise, extract, answer from it).
 
@@ -103,15 +105,18 @@ def plan_stage(stage: str, plan: DistillPlan, earlier: dict[str, StageData],
     """The conversations of `stage`: a pure function of the plan and the earlier stages' data."""
     rng = np.random.default_rng([plan.seed, STAGES.index(stage)])
     if stage == "questions":
-        return [_user(p) for p in _keep(catalogue.question_writing_prompts(plan.question_prompts), spec_filter)]
+        prompts = catalogue.question_writing_prompts(plan.question_prompts, plan.seed)
+        return [_user(p) for p in _keep(prompts, spec_filter)]
     if stage == "first":
         made: list[str] = []
         for answer in earlier["questions"].answers:
             made += [q for q in catalogue.parse_questions(answer) if q not in made]
         made = made[: plan.self_made]
-        prompts = (catalogue.topic_prompts(plan.topic_prompts) + catalogue.math_prompts(plan.math, plan.seed)
-                   + catalogue.puzzle_prompts(plan.puzzles, plan.seed) + catalogue.code_prompts(plan.code)
-                   + catalogue.translation_prompts(plan.translations) + catalogue.role_prompts(plan.roles) + made)
+        seed = plan.seed  # picks the prompts of every family, not only their order
+        prompts = (catalogue.topic_prompts(plan.topic_prompts, seed) + catalogue.math_prompts(plan.math, seed)
+                   + catalogue.puzzle_prompts(plan.puzzles, seed) + catalogue.code_prompts(plan.code, seed)
+                   + catalogue.translation_prompts(plan.translations, seed) + catalogue.role_prompts(plan.roles, seed)
+                   + made)
         prompts = list(dict.fromkeys(_keep(prompts, spec_filter)))  # distinct, first occurrence kept
         order = rng.permutation(len(prompts))
         sampled = set(rng.choice(len(prompts), size=round(plan.sampled_share * len(prompts)), replace=False).tolist())
