@@ -56,6 +56,8 @@ log = logging.getLogger(__name__)
 
 COPY_FOLDER = "dmtd"
 SHORTLIST_FILE = f"{COPY_FOLDER}/shortlist.npy"
+
+
 @dataclass(frozen=True)
 class DmtdExportConfig:
     context: int = 1024

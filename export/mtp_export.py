@@ -32,7 +32,6 @@ from .shipped import DEFAULT_ADAPTER
 
 log = logging.getLogger(__name__)
 
-
 MASKS_FILE = "mtp_masks.npy"
 SAMPLER_FILE = "mtp_sampler.npz"
 UNEMBED_FILE = "mtp_unembed.npy"

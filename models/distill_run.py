@@ -4,11 +4,12 @@ Stages (each needs the previous one's data, so they run in this order):
     questions  "write five questions about {topic}": the answers are data, and their parsed questions become
                prompts of the next stage (the prompts the model writes itself);
     first      the catalogue (`distill_prompts`) plus those self-made questions, shuffled; a seeded share is
-               answered by sampling (temperature `temperature`), the rest greedily.
-The plan's seed picks which catalogue prompts both stages ask (the catalogue holds ~2.5x the default plan's), so
-runs of other seeds answer mostly other prompts; until the thirtieth session it only shuffled the same first ones.
+               answered by sampling (temperature `temperature`), the rest greedily;
     second     on the first stage's finished greedy answers: a follow-up turn about the answer (multi-turn),
                or a task with the answer as its document (summarise, extract, answer from it).
+
+The plan's seed picks which catalogue prompts both stages ask (the catalogue holds ~2.5x the default plan's), so
+runs of other seeds answer mostly other prompts; until the thirtieth session it only shuffled the same first ones.
 
 Output folder: `run.json` (the plan and generation settings; a resumed run must match it) and shards
 `{stage}-{index:04d}.npz` of `shard_size` conversations each, written atomically. A shard is a fixed slice
