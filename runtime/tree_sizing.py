@@ -101,8 +101,11 @@ class CallCosts:
     """The cost table, corrected by the calls a run makes: per width, a running mean of (call seconds / table
     seconds), each call's ratio clipped to `bounds` so that one burst of load does not resize every tree. A width
     not called yet takes the ratio of the nearest narrower width that was (1 if none): the causes (load, cold
-    caches, a smaller context bucket) reach every width. A flat table is not corrected: it is an assumption asked
-    for (`--cost-model flat`: trees fill the widest graph), not a measurement."""
+    caches, a smaller context bucket) reach every width. Its first call averages from that carried ratio, not
+    from 1: with a table measured under load at twice what the run's calls took, a width-4 call's first
+    observation used to put it back at 0.95x the table (2x its cost), and sized chains never called it again
+    (results/fast section 38). A flat table is not corrected: it is an assumption asked for (`--cost-model
+    flat`: trees fill the widest graph), not a measurement."""
 
     def __init__(self, table: CostTable, decay: float = 0.9, bounds: tuple[float, float] = (0.5, 2.0)) -> None:
         self.table, self.decay, self.bounds = table, decay, bounds
@@ -113,7 +116,8 @@ class CallCosts:
         if self.table.origin == "flat" or width not in self.table.seconds or not seconds > 0:
             return
         ratio = min(max(seconds / self.table.seconds[width], self.bounds[0]), self.bounds[1])
-        self.ratios[width] = self.decay * self.ratios.get(width, 1.0) + (1 - self.decay) * ratio
+        carried = self.current.seconds[width] / self.table.seconds[width]
+        self.ratios[width] = self.decay * self.ratios.get(width, carried) + (1 - self.decay) * ratio
         corrected, ratio = {}, 1.0
         for w in sorted(self.table.seconds):
             ratio = self.ratios.get(w, ratio)

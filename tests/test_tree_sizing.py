@@ -195,6 +195,21 @@ def test_call_costs_follow_the_calls_made_clip_a_burst_and_carry_to_widths_not_c
     assert flat.current.seconds == {1: 1.0, 16: 1.0} and not flat.ratios
 
 
+def test_a_width_called_first_late_starts_from_the_ratio_it_carried_not_from_the_table():
+    """A table measured under load reads every call at twice what the run's take (results/fast section 38): once
+    width-1 calls have taught that, a width-4 call's first observation keeps it at half the table instead of
+    putting it back near the table's figure, which made it look 2x too dear and kept chains short."""
+    from mtpedge.runtime.tree_sizing import CallCosts
+
+    costs = CallCosts(CPU, decay=0.9)
+    for _ in range(100):
+        costs.observe(1, 0.5 * CPU.seconds[1])
+    assert costs.current.seconds[4] == pytest.approx(0.5 * CPU.seconds[4], rel=1e-3)  # carried before its first call
+    costs.observe(4, 0.5 * CPU.seconds[4])
+    assert costs.current.seconds[4] == pytest.approx(0.5 * CPU.seconds[4], rel=1e-3)  # was 0.95x the table
+    assert costs.current.seconds[16] == pytest.approx(0.5 * CPU.seconds[16], rel=1e-3)
+
+
 def test_a_step_that_was_not_sized_teaches_the_sizer_nothing():
     from mtpedge.runtime.tree_sizing import StepSizer
 

@@ -8,8 +8,9 @@ import java.util.TreeMap;
  * The cost table, corrected by the calls a run makes; port of {@code mtpedge.runtime.tree_sizing.CallCosts}. Per
  * width, a running mean of (call seconds / table seconds), each call's ratio clipped to [low, high] so that one burst
  * of load does not resize every tree. A width not called yet takes the ratio of the nearest narrower width that was
- * (1 if none): the causes (load, cold caches, a smaller context bucket) reach every width. A flat table is not
- * corrected: it is an assumption asked for (trees fill the widest graph), not a measurement.
+ * (1 if none): the causes (load, cold caches, a smaller context bucket) reach every width; its first call averages
+ * from that carried ratio, not from 1. A flat table is not corrected: it is an assumption asked for (trees fill the
+ * widest graph), not a measurement.
  */
 public final class CallCosts {
     private final CostTable table;
@@ -46,7 +47,8 @@ public final class CallCosts {
             return;
         }
         double ratio = Math.min(Math.max(seconds / listed, low), high);
-        ratios.put(width, decay * ratios.getOrDefault(width, 1.0) + (1 - decay) * ratio);
+        double before = current.seconds.get(width) / listed; // the ratio this width carried so far
+        ratios.put(width, decay * ratios.getOrDefault(width, before) + (1 - decay) * ratio);
         Map<Integer, Double> corrected = new TreeMap<>();
         double carried = 1.0;
         for (Map.Entry<Integer, Double> e : table.seconds.entrySet()) { // narrowest first
