@@ -1,14 +1,18 @@
 """Cost-aware `lookup` on fast bundles that differ in their decode widths, in one interleaved bench run.
 
-    python benchmarks/lookup_ab.py --out DIR [--limit 1 --pick between] [--variants one-table,...] BUNDLE [BUNDLE ...]
+    python benchmarks/lookup_ab.py --out DIR [--limit 1 --pick between] [--variants one-table,...] \
+        [--cost-model measured|FILE] BUNDLE [BUNDLE ...]
 
-Every bundle gets its measured cost table (cached with the others); methods: plain decoding on the first bundle,
-then `lookup` on each, and `lookup` variants beside it, per bundle:
+Every bundle gets its measured cost table (cached with the others), or the one file named; methods: plain
+decoding on the first bundle, then `lookup` on each, and `lookup` variants beside it, per bundle:
   one-table       one acceptance table for every match (what lookup did before it kept rates per match class)
   uniform-priors  every match class starts at 0.5 worth 2 tries (before the measured priors)
   priors-xW       the measured priors worth W tries (runtime/drafters/lookup.py)
   table-only      trees sized from the cost table alone, not corrected by the run's calls (tree_sizing.CallCosts)
-Writes bench.json / bench.md. Figures: benchmarks/results/fast/README.md sections 24-26.
+  first-call-from-1  a width's first call averaged from ratio 1, not from the ratio it carried (CallCosts before
+                  the thirty-first session)
+  fresh-table     a cost table measured at the start of this run instead of the cached one
+Writes bench.json / bench.md. Figures: benchmarks/results/fast/README.md sections 24-26 and 38.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from mtpedge.bench.questions import SPEC_BENCH
 from mtpedge.bench.suite import BenchSettings, bench_document, write_report
 from mtpedge.bundles import cache_root
 from mtpedge.runtime.acceptance import DepthRates
-from mtpedge.runtime.cost_measure import cost_table_from_option
+from mtpedge.runtime.cost_measure import cost_table_from_option, measure_cost_table
 from mtpedge.runtime.cost_table import decode_widths
 from mtpedge.runtime.drafters.base import Drafter
 from mtpedge.runtime.drafters.lookup import NgramSource
@@ -58,6 +62,13 @@ class TableOnly(CallCosts):
         pass
 
 
+class FirstCallFromOne(CallCosts):
+    def observe(self, width: int, seconds: float) -> None:
+        if self.table.origin != "flat" and width in self.table.seconds and seconds > 0:
+            self.ratios.setdefault(width, 1.0)
+        super().observe(width, seconds)
+
+
 def with_change(method: DrafterMethod, change: Callable[[Drafter], None]) -> DrafterMethod:
     make = method._make
 
@@ -82,7 +93,23 @@ def table_only(drafter: Drafter) -> None:
         drafter.sizer.call_costs = TableOnly(drafter.sizer.costs)
 
 
-def variant_change(variant: str) -> Callable[[Drafter], None]:
+def first_call_from_one(drafter: Drafter) -> None:
+    if drafter.sizer is not None:
+        drafter.sizer.call_costs = FirstCallFromOne(drafter.sizer.costs)
+
+
+def fresh_table(engine: Engine) -> Callable[[Drafter], None]:
+    table = measure_cost_table(engine)
+    print(f"fresh-table: measured now {dict((w, round(s * 1e3, 2)) for w, s in table.seconds.items())} ms; "
+          f"the cached one {dict((w, round(s * 1e3, 2)) for w, s in engine.cost_table.seconds.items())} ms")
+
+    def change(drafter: Drafter) -> None:
+        if drafter.sizer is not None:
+            drafter.sizer.costs, drafter.sizer.call_costs = table, CallCosts(table)
+    return change
+
+
+def variant_change(variant: str, engine: Engine) -> Callable[[Drafter], None]:
     if variant == "one-table":
         return source_change(OneTable)
     if variant == "uniform-priors":
@@ -91,7 +118,12 @@ def variant_change(variant: str) -> Callable[[Drafter], None]:
         return source_change(weighted_priors(float(variant.removeprefix("priors-x"))))
     if variant == "table-only":
         return table_only
-    raise SystemExit(f"unknown variant {variant!r}: one-table, uniform-priors, priors-xW or table-only")
+    if variant == "first-call-from-1":
+        return first_call_from_one
+    if variant == "fresh-table":
+        return fresh_table(engine)
+    raise SystemExit(f"unknown variant {variant!r}: one-table, uniform-priors, priors-xW, table-only, "
+                     "first-call-from-1 or fresh-table")
 
 
 def main() -> int:
@@ -101,20 +133,22 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=1)
     parser.add_argument("--pick", default="between", help="first (the report set) | between (tuning) | spread")
     parser.add_argument("--time-limit", type=float)
+    parser.add_argument("--cost-model", default="measured", help="measured (cached) or a cost-table file")
     parser.add_argument("--variants", default="",
-                        help="comma-separated: one-table, uniform-priors, priors-xW, table-only")
+                        help="comma-separated: one-table, uniform-priors, priors-xW, table-only, "
+                             "first-call-from-1, fresh-table")
     args = parser.parse_args()
     engines = []
     for folder in args.bundles:
         engine = Engine.load(folder, threads=1)
-        engine.cost_table = cost_table_from_option(engine, "measured", cache_root() / "costs", say=print)
+        engine.cost_table = cost_table_from_option(engine, args.cost_model, cache_root() / "costs", say=print)
         engines.append(engine)
     label = lambda e: "w" + "-".join(str(w) for w in decode_widths(e.manifest))  # noqa: E731
     methods = [DrafterMethod(engines[0], "none", name="none")]
     for engine in engines:
         for variant in filter(None, args.variants.split(",")):
             methods.append(with_change(DrafterMethod(engine, "lookup", name=f"lookup-{label(engine)}-{variant}"),
-                                       variant_change(variant)))
+                                       variant_change(variant, engine)))
         methods.append(DrafterMethod(engine, "lookup", name=f"lookup-{label(engine)}"))
     settings = BenchSettings(bundle=args.bundles[0], questions=SPEC_BENCH, limit=args.limit, pick=args.pick,
                              max_new_tokens=128, methods=tuple(m.name for m in methods), threads=1, sweep=False,

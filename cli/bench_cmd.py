@@ -162,8 +162,7 @@ def run(args: argparse.Namespace) -> int:
         sweep_repeats=args.sweep_repeats or (2 if args.quick else 10), optimum_python=optimum_python,
         llama_cpp_bin=(args.llama_cpp_bin or NATIVE_TOOLS_BIN).absolute(),
         lookup_tokens=args.lookup_tokens, quick=args.quick, time_limit_s=args.time_limit,
-        cost_model="measured" if args.cost_model == "remeasure" else args.cost_model,
-        cost_cache=None if args.cost_model == "remeasure" else cache_root() / "costs")
+        cost_model=args.cost_model, cost_cache=cache_root() / "costs")
     out = args.out or Path("bench-results") / datetime.now().strftime("%Y%m%d-%H%M%S")
     say = lambda msg: print(msg, file=sys.stderr)  # noqa: E731 - stdout's last line is the JSON summary
     docs, folders = [], []

@@ -279,7 +279,6 @@ def _lacks_shipped_masks(folder: Path) -> bool:
     return load_masks_file(shipped).source_sha256 == manifest.source_sha256
 
 
-
 COST_MODEL_HELP = ("what a graph call of each width costs, which drafters that size their trees (lookup, hybrid) "
                    "read: measured (default: measured once per bundle and machine, cached under the mtpedge cache), "
                    "remeasure (measure again and cache), flat (every width the same: trees fill their width, the "
@@ -290,6 +289,4 @@ def attach_cost_table(engine, option: str, say=print) -> None:
     """Give `engine` the cost table `--cost-model` asks for (a bad file or cache is named, and measured instead)."""
     from mtpedge.runtime.cost_measure import cost_table_from_option
 
-    refresh = option == "remeasure"
-    engine.cost_table = cost_table_from_option(engine, "measured" if refresh else option, cache_root() / "costs",
-                                               refresh, say)
+    engine.cost_table = cost_table_from_option(engine, option, cache_root() / "costs", say=say)

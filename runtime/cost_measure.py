@@ -1,12 +1,14 @@
 """A bundle's cost table measured on this machine, once per bundle + machine, and cached.
 
-    table = cost_table_for(engine, cache_dir)              # cached measurement, or a new one (~1-3 s)
+    table = cost_table_for(engine, cache_dir)              # cached measurement (checked against a few calls
+                                                           # now), or a new one (~1-3 s)
     table = cost_table_for(engine, cache_dir, refresh=True)  # measure again
 
 The cache file is keyed by the bundle (SHA-256 of its manifest: another export is another bundle) and by the
 machine (CPU model, cores, onnxruntime version, providers, threads): `<cache_dir>/<bundle>-<machine>.json`, in
-the file form of `cost_table.CostTable`. A cache folder that cannot be written is not an error: the table is
-measured in memory and the caller is told.
+the file form of `cost_table.CostTable`. A cached table whose calls run much faster now than it says was
+measured under load, and is measured again (`measured_under_load`). A cache folder that cannot be written is not an
+error: the table is measured in memory and the caller is told.
 """
 
 from __future__ import annotations
@@ -32,6 +34,14 @@ WARMUP = 2
 # context, where attention over all 1024 columns made a width-4 call look 1.93x a width-1 call against 1.42x at 200
 # positions, and the sizer stopped drafting wide (benchmarks/results/fast/README.md section 32)
 TYPICAL_FILL = 256
+# A table measured while other jobs ran reads every call slower than a quiet run's, and the trees it sizes are
+# shorter though the loop corrects its seconds by the run's own calls: the thirtieth session's first table, measured
+# under load ~4, read a width-1 call at 15.7 ms against 8.5 ms quiet, and `lookup` drafted τ 1.64 with it against
+# 1.78 with a fresh one (benchmarks/results/fast/README.md section 38). So a cached table whose narrowest call takes
+# under STALE_FACTOR of its figure now is measured again: the cache keeps the quieter measurement. A table slower
+# than now is kept (the run may be the busy one). The probe costs PROBE_CALLS narrow calls (~25 ms on the default).
+STALE_FACTOR = 0.75
+PROBE_CALLS = 3
 
 
 def machine_description(engine: Engine) -> str:
@@ -70,23 +80,39 @@ def measure_cost_table(engine: Engine, repeats: int = REPEATS, warmup: int = WAR
     one width's whole measurement (the ratios decide the trees: one such burst once measured the fast bundle's
     width-4 call at 2.4x a width-1 call instead of ~1.8x, and lookup never drafted). The engine's n_past and
     counters are kept."""
+    times = _timed_calls(engine, decode_widths(engine.manifest), warmup + repeats)
+    measured = {width: statistics.median(t[warmup:]) for width, t in times.items()}
+    m = engine.manifest
+    return CostTable(measured, m.model_name, m.source_sha256, m.context, machine_description(engine), "measured")
+
+
+def _timed_calls(engine: Engine, widths: list[int], rounds: int) -> dict[int, list[float]]:
+    """Seconds of `rounds` calls of each width on chains of zeros at the measured fill, the widths taking turns.
+    The engine's n_past and counters are kept."""
     n_past, calls, seconds = engine.cache.n_past, engine.graph_calls, engine.graph_seconds
     fill = measured_fill(engine)
     blocks = {width: (np.zeros((width, engine.config.hidden_size), np.float32), np.arange(-1, width - 1))
-              for width in decode_widths(engine.manifest)}  # chains of zeros
-    times: dict[int, list[float]] = {width: [] for width in blocks}
+              for width in widths}
+    times: dict[int, list[float]] = {width: [] for width in widths}
     try:
-        for round_ in range(warmup + repeats):
+        for _ in range(rounds):
             for width, (embeds, chain) in blocks.items():
                 engine.cache.n_past = max(0, fill - width)  # full context: the full-context graphs run
-                call_seconds = engine.run_block(embeds, chain).seconds
-                if round_ >= warmup:
-                    times[width].append(call_seconds)
-        measured = {width: statistics.median(t) for width, t in times.items()}
+                times[width].append(engine.run_block(embeds, chain).seconds)
     finally:
         engine.cache.n_past, engine.graph_calls, engine.graph_seconds = n_past, calls, seconds
-    m = engine.manifest
-    return CostTable(measured, m.model_name, m.source_sha256, m.context, machine_description(engine), "measured")
+    return times
+
+
+def measured_under_load(engine: Engine, table: CostTable) -> str | None:
+    """Why a cached table reads calls slower than they run now (it was measured while the machine was busier), or
+    None. Its narrowest call is timed PROBE_CALLS times (their fastest counts: a first call is cold)."""
+    narrowest = min(table.seconds)
+    now = min(_timed_calls(engine, [narrowest], PROBE_CALLS)[narrowest])
+    if now < STALE_FACTOR * table.seconds[narrowest]:
+        return (f"it reads a width-{narrowest} call at {table.seconds[narrowest] * 1e3:.2f} ms where one takes "
+                f"{now * 1e3:.2f} ms now: it was measured while the machine was busier")
+    return None
 
 
 def measured_fill(engine: Engine) -> int:
@@ -106,7 +132,7 @@ def cost_table_for(engine: Engine, cache_dir: Path | None, refresh: bool = False
     if path is not None and path.is_file() and not refresh:
         try:
             table = CostTable.load(path)
-            problem = table.check(engine.manifest)
+            problem = table.check(engine.manifest) or measured_under_load(engine, table)
             if problem is None:
                 return table
             say(f"the cached cost table {path} does not fit this bundle ({problem}): measuring again")
@@ -122,20 +148,22 @@ def cost_table_for(engine: Engine, cache_dir: Path | None, refresh: bool = False
     return table
 
 
-COST_MODELS = ("measured", "flat")
+COST_MODELS = ("measured", "remeasure", "flat")
 
 
 def cost_table_from_option(engine: Engine, option: str, cache_dir: Path | None, refresh: bool = False,
                            say: Callable[[str], None] = print) -> CostTable:
-    """The table `--cost-model measured|flat|FILE` asks for. A file that cannot be read or belongs to another
-    bundle is named, and the table measured here is used instead: decoding never stops for a cost table."""
+    """The table `--cost-model measured|remeasure|flat|FILE` asks for (remeasure: measured again and cached, as
+    refresh=True). A file that cannot be read or belongs to another bundle is named, and the table measured here
+    is used instead: decoding never stops for a cost table."""
+    refresh = refresh or option == "remeasure"
     manifest = engine.manifest
     if len(decode_widths(manifest)) == 1:
         say(f"the bundle has a single decode width ({decode_widths(manifest)[0]}): draft trees cannot be sized "
             "(they fill that width); export with --decode-widths 1,16 (or more widths) to let them")
     if option == "flat":
         return CostTable.flat(manifest)
-    if option == "measured":
+    if option in ("measured", "remeasure"):
         return cost_table_for(engine, cache_dir, refresh, say)
     try:
         table = CostTable.load(option)

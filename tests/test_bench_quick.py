@@ -188,3 +188,12 @@ def test_bench_at_two_thread_counts_writes_a_run_each_and_a_side_by_side_summary
     summary = json.loads((out / "bench.json").read_text())
     assert summary["runs"] == ["threads-1", "threads-2"] and set(summary["side_by_side"]["lookup"]) == {"1", "2"}
     assert "| method | τ @1 | tok/s @1 |" in (out / "bench.md").read_text()
+
+
+def test_bench_remeasure_writes_the_cost_table_to_the_cache(tiny_bundle, tmp_path, monkeypatch):
+    # it used to measure in memory only, so a table measured under load stayed cached for generate, chat and
+    # serve (benchmarks/results/fast/README.md section 37)
+    monkeypatch.setenv("MTPEDGE_CACHE", str(tmp_path / "cache"))
+    code = main(["bench", "--bundle", str(tiny_bundle("llama")), "--quick", "--out", str(tmp_path / "out"),
+                 "--methods", "none", "--no-sweep", "--no-plots", "--cost-model", "remeasure"])
+    assert code == 0 and list((tmp_path / "cache" / "costs").glob("*.json"))

@@ -37,6 +37,32 @@ def test_cached_once_then_read_back_until_refreshed(engine, tmp_path):
     os.utime(path, (0, 0))
     again = cost_table_for(engine, tmp_path, refresh=True, say=said.append)
     assert path.stat().st_mtime > 0 and again.check(engine.manifest) is None and not said
+    # `--cost-model remeasure` (generate, chat, serve and bench alike) writes what it measured to the cache: bench's
+    # used to keep it in memory, so a table measured under load stayed for every later run (results/fast 37)
+    from mtpedge.runtime.cost_measure import cost_table_from_option
+
+    os.utime(path, (0, 0))
+    cost_table_from_option(engine, "remeasure", tmp_path, say=said.append)
+    assert path.stat().st_mtime > 0 and not said
+
+
+def test_a_cached_table_measured_under_load_is_measured_again_and_a_slower_machine_keeps_it(engine, tmp_path):
+    # the thirtieth session's table, measured under load, read calls ~2x what they took quiet and kept trees short
+    from mtpedge.runtime.cost_table import CostTable
+
+    table = cost_table_for(engine, tmp_path, say=print)
+    path = cache_file(engine, tmp_path)
+    busy = table.with_seconds({w: 10 * s for w, s in table.seconds.items()})
+    busy.save(path)
+    said = []
+    again = cost_table_for(engine, tmp_path, say=said.append)
+    assert "measured while the machine was busier" in said[0] and "measuring again" in said[0]
+    assert max(again.seconds.values()) < 5 * max(table.seconds.values())
+    assert CostTable.load(path) == again  # the quieter measurement replaced it in the cache
+    quiet = table.with_seconds({w: s / 2 for w, s in table.seconds.items()})
+    quiet.save(path)  # calls slower now than the table says: this run may be the busy one, the table stays
+    said.clear()
+    assert cost_table_for(engine, tmp_path, say=said.append) == quiet and not said
 
 
 def test_a_corrupt_or_foreign_cache_file_is_measured_again(engine, tmp_path):
