@@ -130,14 +130,9 @@ def cost_table_for(engine: Engine, cache_dir: Path | None, refresh: bool = False
     suffix = ".json" if fill == engine.context else f".fill{fill}.json"
     path = cache_file(engine, cache_dir, suffix) if cache_dir is not None else None
     if path is not None and path.is_file() and not refresh:
-        try:
-            table = CostTable.load(path)
-            problem = table.check(engine.manifest) or measured_under_load(engine, table)
-            if problem is None:
-                return table
-            say(f"the cached cost table {path} does not fit this bundle ({problem}): measuring again")
-        except CostTableError as err:
-            say(f"{err}: measuring again")
+        cached = _read_cached(engine, path, say)
+        if cached is not None:
+            return cached
     table = measure_cost_table(engine)
     if path is not None:
         try:
@@ -145,6 +140,24 @@ def cost_table_for(engine: Engine, cache_dir: Path | None, refresh: bool = False
         except OSError as err:
             say(f"cannot save the cost table in {cache_dir} ({err.strerror or err}): measured in memory for this run; "
                 "set MTPEDGE_CACHE to a writable folder to keep it")
+    return table
+
+
+def _read_cached(engine: Engine, path: Path, say: Callable[[str], None]) -> CostTable | None:
+    """The table cached at `path` when it is readable, fits the bundle and is not stale; else None, the reason said."""
+    try:
+        table = CostTable.load(path)
+    except CostTableError as err:
+        say(f"{err}: measuring again")
+        return None
+    problem = table.check(engine.manifest)
+    if problem is not None:
+        say(f"the cached cost table {path} does not fit this bundle ({problem}): measuring again")
+        return None
+    stale = measured_under_load(engine, table)
+    if stale is not None:
+        say(f"the cached cost table {path} is stale ({stale}): measuring again")
+        return None
     return table
 
 
