@@ -12,6 +12,7 @@ decoding on the first bundle, then `lookup` on each, and `lookup` variants besid
   first-call-from-1  a width's first call averaged from ratio 1, not from the ratio it carried (CallCosts before
                   the thirty-first session)
   fresh-table     a cost table measured at the start of this run instead of the cached one
+  level-and-shape one running level for every call times a running shape per width (LevelAndShape)
 Writes bench.json / bench.md. Figures: benchmarks/results/fast/README.md sections 24-26 and 38.
 """
 
@@ -69,6 +70,24 @@ class FirstCallFromOne(CallCosts):
         super().observe(width, seconds)
 
 
+class LevelAndShape(CallCosts):
+    """One running level for every call (the machine's state now) times a running shape per width (its calls
+    against the level): a width called rarely follows the level instead of keeping the ratio of its last call."""
+
+    def __init__(self, table, decay: float = 0.9, bounds: tuple[float, float] = (0.5, 2.0)) -> None:
+        super().__init__(table, decay, bounds)
+        self.level, self.shapes = 1.0, {}
+
+    def observe(self, width: int, seconds: float) -> None:
+        if self.table.origin == "flat" or width not in self.table.seconds or not seconds > 0:
+            return
+        ratio = min(max(seconds / self.table.seconds[width], self.bounds[0]), self.bounds[1])
+        self.level = self.decay * self.level + (1 - self.decay) * ratio
+        self.shapes[width] = self.decay * self.shapes.get(width, 1.0) + (1 - self.decay) * ratio / self.level
+        self.ratios = {w: self.level * self.shapes.get(w, 1.0) for w in self.table.seconds}
+        self.current = self.table.with_seconds({w: s * self.ratios[w] for w, s in self.table.seconds.items()})
+
+
 def with_change(method: DrafterMethod, change: Callable[[Drafter], None]) -> DrafterMethod:
     make = method._make
 
@@ -98,6 +117,11 @@ def first_call_from_one(drafter: Drafter) -> None:
         drafter.sizer.call_costs = FirstCallFromOne(drafter.sizer.costs)
 
 
+def level_and_shape(drafter: Drafter) -> None:
+    if drafter.sizer is not None:
+        drafter.sizer.call_costs = LevelAndShape(drafter.sizer.costs)
+
+
 def fresh_table(engine: Engine) -> Callable[[Drafter], None]:
     table = measure_cost_table(engine)
     print(f"fresh-table: measured now {dict((w, round(s * 1e3, 2)) for w, s in table.seconds.items())} ms; "
@@ -120,10 +144,12 @@ def variant_change(variant: str, engine: Engine) -> Callable[[Drafter], None]:
         return table_only
     if variant == "first-call-from-1":
         return first_call_from_one
+    if variant == "level-and-shape":
+        return level_and_shape
     if variant == "fresh-table":
         return fresh_table(engine)
     raise SystemExit(f"unknown variant {variant!r}: one-table, uniform-priors, priors-xW, table-only, "
-                     "first-call-from-1 or fresh-table")
+                     "first-call-from-1, fresh-table or level-and-shape")
 
 
 def main() -> int:
@@ -136,7 +162,7 @@ def main() -> int:
     parser.add_argument("--cost-model", default="measured", help="measured (cached) or a cost-table file")
     parser.add_argument("--variants", default="",
                         help="comma-separated: one-table, uniform-priors, priors-xW, table-only, "
-                             "first-call-from-1, fresh-table")
+                             "first-call-from-1, fresh-table, level-and-shape")
     args = parser.parse_args()
     engines = []
     for folder in args.bundles:
