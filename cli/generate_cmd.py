@@ -150,10 +150,11 @@ def settle_drafter(args: argparse.Namespace, engine, say=print) -> None:
               "(--precision float32 for token-identical drafting)", file=sys.stderr)
 
 
-def load_engine(args: argparse.Namespace, say=print, cost_table: bool = False):
+def load_engine(args: argparse.Namespace, say=print, cost_table: bool = False, eager: bool = True):
     """The engine of --bundle (or of the automatic export), after the drafter spec is checked against the bundle's
     graph widths; prints the lossy warning for a lossy drafter. The engine gets its --cost-model table when the
-    drafter sizes its trees, or always with `cost_table` (chat: the drafter may change)."""
+    drafter sizes its trees, or always with `cost_table` (chat: the drafter may change). eager=False: sessions
+    are created when `generate` needs them (a one-shot answer)."""
     from mtpedge.runtime.bundle import read_manifest
     from mtpedge.runtime.cost_table import decode_widths
     from mtpedge.runtime.drafters import DRAFTERS, check_fits
@@ -164,7 +165,7 @@ def load_engine(args: argparse.Namespace, say=print, cost_table: bool = False):
     check_fits(args.drafter, decode_widths(read_manifest(folder)))
     if args.drafter.name in DRAFTERS and DRAFTERS[args.drafter.name].lossy:
         print(f"warning: {LOSSY_WARNING.format(name=args.drafter.name)}", file=sys.stderr)
-    engine = Engine.load(folder, threads=args.threads, providers=providers_for(args))
+    engine = Engine.load(folder, threads=args.threads, providers=providers_for(args), eager=eager)
     settle_drafter(args, engine, say)
     if cost_table or (args.drafter.name in DRAFTERS and DRAFTERS[args.drafter.name].sized):
         # the HTP simulator takes seconds a call: timing it says nothing about a phone, whose widths cost about
@@ -190,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
     sampling = check_options(args)
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     say = (lambda msg: print(msg, file=sys.stderr)) if args.json else print
-    engine = load_engine(args, say)
+    engine = load_engine(args, say, eager=False)
     tok = engine.tokenizer
     use_chat = not args.raw and tok.has_chat_template
     prompt_ids = tok.encode_chat([{"role": "user", "content": prompt}]) if use_chat else tok.encode(prompt)

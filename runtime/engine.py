@@ -39,8 +39,11 @@ def leading_chain(parents: np.ndarray) -> int:
 class Engine:
     def __init__(self, folder: Path, manifest: Manifest, threads: int | None = None,
                  providers: list | None = None, session_options: dict[str, str] | None = None,
-                 mask_value: float | None = None) -> None:
-        """mask_value: the attention bias's hidden value (default the manifest's; QDQ calibration passes its own)."""
+                 mask_value: float | None = None, eager: bool = True) -> None:
+        """mask_value: the attention bias's hidden value (default the manifest's; QDQ calibration passes its own).
+        eager: create every graph's session now, so that no generation pays for one (chat, serve, bench); False
+        leaves it to `generate`, which creates those its request can reach before its clock starts: a one-shot
+        answer of the default bundle then creates 5 of its 15 sessions (results/fast section 39)."""
         self.folder = folder
         self.manifest = manifest
         cfg = manifest.config
@@ -54,7 +57,8 @@ class Engine:
                               f"{(cfg.vocab_size, cfg.hidden_size)}: re-run `mtpedge export`")
         self.inv_freq = inverse_frequencies(cfg.rope, cfg.head_dim)
         self.graphs = GraphSet(folder, manifest, threads, providers, session_options)
-        self.graphs.load_all()  # so that no generation pays for a session's creation
+        if eager:
+            self.graphs.load_all()
         self.cache = KVCache(cfg.num_layers, cfg.num_kv_heads, self.context, cfg.head_dim, manifest.context_buckets)
         self.graph_calls = 0
         self.graph_seconds = 0.0
@@ -81,9 +85,10 @@ class Engine:
 
     @classmethod
     def load(cls, folder: str | Path, threads: int | None = None, providers: list | None = None,
-             session_options: dict[str, str] | None = None, mask_value: float | None = None) -> Engine:
+             session_options: dict[str, str] | None = None, mask_value: float | None = None,
+             eager: bool = True) -> Engine:
         folder = Path(folder)
-        return cls(folder, read_manifest(folder), threads, providers, session_options, mask_value)
+        return cls(folder, read_manifest(folder), threads, providers, session_options, mask_value, eager)
 
     @property
     def stop_token_ids(self) -> set[int]:

@@ -174,6 +174,8 @@ def generate(
     """
     sampler = Sampler(sampling or SamplingConfig())
     _check_request(engine, prompt_ids, max_new_tokens, sampler, drafter, on_overflow)
+    # sessions of a lazily loaded engine: created before the clock starts, so that the stats time decoding only
+    engine.graphs.load_within(len(prompt_ids) + max_new_tokens + engine.graphs.max_width)
     lossy = bool(drafter and drafter.lossy)
     stops = engine.stop_token_ids if stop_token_ids is None else set(stop_token_ids)
     stats = GenerationStats(prompt_tokens=len(prompt_ids), drafter=drafter.name if drafter else "none",

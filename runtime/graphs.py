@@ -105,6 +105,16 @@ class GraphSet:
         for entry in self.entries:
             self.session(entry)
 
+    def load_within(self, positions: int) -> None:
+        """Create the sessions a sequence of up to `positions` cache positions can call: every graph of the
+        context buckets up to the smallest that holds them (the cache works in the smallest bucket that holds
+        what it must: kv_cache.py)."""
+        contexts = sorted({e.context for e in self.entries})
+        reach = next((c for c in contexts if c >= positions), contexts[-1])
+        for entry in self.entries:
+            if entry.context <= reach:
+                self.session(entry)
+
     def session(self, entry: GraphEntry) -> ort.InferenceSession:
         if entry.name not in self._sessions:
             opts = ort.SessionOptions()

@@ -59,6 +59,29 @@ def test_the_smallest_bucket_that_holds_the_block_runs(bundles):
     assert used == ["decode_ar8_cl32", "decode_ar8_cl32", "decode_ar8_cl64"]
 
 
+def test_a_lazy_engine_creates_only_the_sessions_a_request_can_reach_before_its_clock_starts(bundles):
+    # `mtpedge generate` (one answer) loads the engine lazily: the default bundle's 15 sessions took ~0.5 s of a
+    # 1.2 s start (results/fast section 39); chat, serve and bench keep eager engines
+    eager = Engine.load(bundles["bucketed"])
+    lazy = Engine.load(bundles["bucketed"], eager=False)
+    assert not lazy.graphs._sessions and len(eager.graphs._sessions) == 9
+    prompt = list(range(3, 13))
+    sessions_at_call = []  # how many sessions exist at each graph call: all are created before the first
+    run = lazy.graphs.run
+    lazy.graphs.run = lambda entry, feeds, n: sessions_at_call.append(len(lazy.graphs._sessions)) or run(entry,
+                                                                                                           feeds, n)
+    short = generate(lazy, prompt, 6, stop_token_ids=set(), drafter=make_drafter("lookup", lazy))
+    assert short.token_ids == generate(eager, prompt, 6, stop_token_ids=set()).token_ids
+    # 10 + 6 + the widest graph (16) fit the 32 bucket: its three graphs, nothing of 64 or 128
+    assert sorted(lazy.graphs._sessions) == ["decode_ar1_cl32", "decode_ar8_cl32", "prefill_ar16_cl32"]
+    assert set(sessions_at_call) == {3}
+    lazy.reset()
+    sessions_at_call.clear()
+    longer = generate(lazy, prompt, 30, stop_token_ids=set())  # 10 + 30 + 16 reach the 64 bucket, not 128
+    assert longer.token_ids == generate(eager, prompt, 30, stop_token_ids=set()).token_ids
+    assert set(sessions_at_call) == {6} and not any(name.endswith("cl128") for name in lazy.graphs._sessions)
+
+
 def test_drafters_stay_lossless_through_buckets(bundles):
     engine = Engine.load(bundles["bucketed"])
     rng = np.random.default_rng(5)
