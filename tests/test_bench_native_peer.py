@@ -81,3 +81,16 @@ def test_the_native_tools_answer_a_chat_prompt_with_the_same_prompt_tokens(name)
         peer.close()
     assert 1 < run.new_tokens <= 24 and run.tokens_per_s > 0
     assert run.extra["prompt_tokens_native"] == len(ids), run.extra  # the tool read exactly the prompt given
+
+
+def test_the_tools_are_looked_for_in_the_venv_whatever_the_working_directory(tmp_path, monkeypatch):
+    # setup_bench_peers.sh builds them in .venv/llama.cpp/bin; a bench run from another folder used to look for
+    # ./.venv/llama.cpp/bin there and call them missing
+    import sys
+
+    from mtpedge.bench.peers.llama_cpp_native import native_missing_reason
+
+    monkeypatch.chdir(tmp_path)
+    assert DEFAULT_BIN == Path(sys.prefix) / "llama.cpp" / "bin" and DEFAULT_BIN.is_absolute()
+    reason = native_missing_reason("llama.cpp-native", None)
+    assert reason is None or str(Path(sys.prefix)) in reason

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,7 +25,9 @@ from ..methods import MethodRun
 from . import PeerConfig
 
 TOOLS = {"llama.cpp-native": "llama-completion", "llama.cpp-native-lookup": "llama-lookup"}
-DEFAULT_BIN = Path(".venv/llama.cpp/bin")
+# where scripts/setup_bench_peers.sh builds them: the venv's own folder (.venv/llama.cpp/bin), found from any
+# working directory (a path relative to the repository root made a bench run elsewhere call them missing)
+DEFAULT_BIN = Path(sys.prefix) / "llama.cpp" / "bin"
 
 # llama.cpp's timing lines (common_perf_print and llama-lookup's own summary)
 _PROMPT_EVAL = re.compile(r"prompt eval time =\s*([\d.]+) ms /\s*(\d+) tokens")
