@@ -161,9 +161,6 @@ def _read_cached(engine: Engine, path: Path, say: Callable[[str], None]) -> Cost
     return table
 
 
-COST_MODELS = ("measured", "remeasure", "flat")
-
-
 def cost_table_from_option(engine: Engine, option: str, cache_dir: Path | None, refresh: bool = False,
                            say: Callable[[str], None] = print) -> CostTable:
     """The table `--cost-model measured|remeasure|flat|FILE` asks for (remeasure: measured again and cached, as
